@@ -1,0 +1,232 @@
+/*
+ * tern.h — the public C API of tern, an LLM inference engine.
+ *
+ * Everything a program needs to load a Hugging Face model snapshot, run it,
+ * and read back tokens or logits. The `tern` command and the HTTP server are
+ * built on this header alone. It includes only libc headers and compiles as
+ * C11 and as C++.
+ *
+ * Conventions:
+ *   - Fallible functions return `enum tern_status` (TERN_OK == 0). On failure
+ *     `tern_last_error()` gives a one-line message for the calling thread that
+ *     names the file, tensor, key or field that was wrong.
+ *   - Objects are opaque handles. Whoever creates destroys:
+ *     `tern_x_open/create` pairs with `tern_x_close/destroy`; passing NULL
+ *     to a destroy function is a no-op.
+ *   - Parameter structs are initialised with `tern_x_default_params()`.
+ */
+#ifndef TERN_H
+#define TERN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TERN_VERSION_MAJOR 0
+#define TERN_VERSION_MINOR 1
+#define TERN_VERSION_PATCH 0
+
+/* Status codes and their strings come from this one list. */
+#define TERN_STATUS_LIST(X)                                                                        \
+    X(TERN_OK, "ok")                                                                               \
+    X(TERN_E_INVALID_ARG, "invalid argument")                                                      \
+    X(TERN_E_IO, "i/o error")                                                                      \
+    X(TERN_E_FORMAT, "malformed input")                                                            \
+    X(TERN_E_UNSUPPORTED, "unsupported")                                                           \
+    X(TERN_E_NOT_FOUND, "not found")                                                               \
+    X(TERN_E_NO_MEMORY, "out of memory")                                                           \
+    X(TERN_E_DEVICE, "device error")                                                               \
+    X(TERN_E_CAPACITY, "over capacity")                                                            \
+    X(TERN_E_CANCELLED, "cancelled")                                                               \
+    X(TERN_E_TEMPLATE, "template error")                                                           \
+    X(TERN_E_INTERNAL, "internal error")
+
+enum tern_status {
+#define TERN_X_ENUM(name, str) name,
+    TERN_STATUS_LIST(TERN_X_ENUM)
+#undef TERN_X_ENUM
+        TERN_STATUS_COUNT
+};
+
+/* A static string describing the code ("malformed input"). Never NULL. */
+const char *tern_status_str(enum tern_status status);
+
+/* The message of the last failure on the calling thread ("" if none). The
+ * pointer is valid until the next tern call on this thread. */
+const char *tern_last_error(void);
+
+/* Library version as "MAJOR.MINOR.PATCH". */
+const char *tern_version(void);
+
+/* ---------------------------------------------------------------- logging */
+
+enum tern_log_level { TERN_LOG_DEBUG, TERN_LOG_INFO, TERN_LOG_WARN, TERN_LOG_ERROR, TERN_LOG_NONE };
+
+/* Messages at or above `level` go to stderr (default TERN_LOG_WARN). The only
+ * global setting in the library. */
+void tern_log_set_level(enum tern_log_level level);
+
+/* ------------------------------------------------------------------ model */
+
+/* A loaded model: architecture, weights (mmapped, and on the device when the
+ * backend has one), tokenizer and chat template when the snapshot has them.
+ * Immutable after open; may be shared by several engines. */
+struct tern_model;
+
+enum tern_device { TERN_DEVICE_CPU = 0, TERN_DEVICE_CUDA = 1, TERN_DEVICE_AUTO = 2 };
+
+struct tern_model_params {
+    enum tern_device device; /* where the weights live and the forward runs */
+    int device_index;        /* which GPU, for TERN_DEVICE_CUDA */
+    bool progress;           /* print a progress line while loading large models */
+};
+
+struct tern_model_params tern_model_default_params(void);
+
+/* Opens a Hugging Face snapshot directory (config.json, *.safetensors, and
+ * optionally tokenizer files and generation_config.json). Validates every
+ * tensor against the config before returning. */
+enum tern_status tern_model_open(const char *dir, const struct tern_model_params *params,
+                                 struct tern_model **out);
+void tern_model_close(struct tern_model *model);
+
+/* Facts about a model, for `tern inspect` and friends. Strings are owned by the
+ * model. */
+struct tern_model_info {
+    const char *architecture; /* config.json architectures[0] */
+    const char *model_type;   /* config.json model_type */
+    const char *dtype;        /* dominant weight dtype: "bf16", "f16", "f32", "q4", ... */
+    int64_t n_params;         /* parameters, counting quantized values as one each */
+    int64_t weight_bytes;     /* bytes of weight data */
+    int32_t n_layers, n_embd, n_heads, n_kv_heads, head_dim, n_ff;
+    int32_t vocab_size;
+    int32_t context_length; /* max_position_embeddings */
+    int32_t bos_id, eos_id; /* -1 when unknown */
+    bool tied_embeddings;
+    bool has_tokenizer;
+    bool has_chat_template;
+    int32_t n_unused_tensors; /* tensors in the files that the architecture does not use */
+};
+
+enum tern_status tern_model_get_info(const struct tern_model *model, struct tern_model_info *out);
+
+/* ----------------------------------------------------------------- engine */
+
+/* An engine owns the mutable state of inference over one model: KV cache,
+ * scratch buffers, scheduler, sampling. */
+struct tern_engine;
+
+struct tern_engine_params {
+    int32_t max_seqs;         /* concurrent sequences (default 16) */
+    int32_t max_batch_tokens; /* tokens per step (default 2048) */
+    int32_t max_context;      /* tokens per sequence; 0 = the model's context length */
+    int32_t block_size;       /* KV block size in tokens (default 16) */
+    int64_t kv_bytes;         /* KV cache budget in bytes; 0 = derive from kv_fraction */
+    double kv_fraction;       /* share of free device memory for KV, when kv_bytes is 0 */
+    int32_t n_threads;        /* CPU threads; 0 = all cores */
+    bool deterministic;       /* batch-invariant kernels on CUDA (always true on CPU) */
+};
+
+struct tern_engine_params tern_engine_default_params(void);
+
+enum tern_status tern_engine_create(struct tern_model *model, const struct tern_engine_params *params,
+                                    struct tern_engine **out);
+void tern_engine_destroy(struct tern_engine *engine);
+
+/* Greedy generation from token ids, one sequence, blocking. Writes up to
+ * `max_tokens` generated ids into `out_ids` and their count into `*n_out`.
+ * Stops early at the model's end-of-sequence ids when `stop_at_eos`. */
+enum tern_status tern_generate_greedy(struct tern_engine *engine, const int32_t *ids, int32_t n_ids,
+                                      int32_t max_tokens, bool stop_at_eos, int32_t *out_ids,
+                                      int32_t *n_out);
+
+/* Logits of every position of one token sequence, as float32, row-major
+ * [n_ids, vocab_size], written into `out` (caller's storage of
+ * n_ids * vocab_size floats). */
+enum tern_status tern_logits(struct tern_engine *engine, const int32_t *ids, int32_t n_ids,
+                             float *out);
+
+/* ------------------------------------------------------------------- text */
+
+/* Buffers the library allocates and hands over (ids, text) are freed with this. */
+void tern_free_buf(void *p);
+
+/* A Hugging Face tokenizer (tokenizer.json + tokenizer_config.json).
+ * Immutable after open; safe to share between threads. */
+struct tern_tokenizer;
+
+/* Opens the tokenizer files in `dir`. Unsupported components give
+ * TERN_E_UNSUPPORTED naming them ("unsupported normalizer 'Precompiled'"). */
+enum tern_status tern_tokenizer_open(const char *dir, struct tern_tokenizer **out);
+void tern_tokenizer_close(struct tern_tokenizer *tok);
+
+/* The model's tokenizer (borrowed), or NULL when its snapshot has none. */
+const struct tern_tokenizer *tern_model_tokenizer(const struct tern_model *model);
+
+int32_t tern_tokenizer_vocab_size(const struct tern_tokenizer *tok);
+int32_t tern_tokenizer_bos_id(const struct tern_tokenizer *tok); /* -1 if none */
+int32_t tern_tokenizer_eos_id(const struct tern_tokenizer *tok); /* -1 if none */
+/* The token's string as stored in the vocabulary (e.g. "Ġhello"), or NULL. */
+const char *tern_tokenizer_token(const struct tern_tokenizer *tok, int32_t id);
+/* The id of a token string, or -1. */
+int32_t tern_tokenizer_token_id(const struct tern_tokenizer *tok, const char *token);
+/* True for special (control) added tokens. */
+bool tern_tokenizer_is_special(const struct tern_tokenizer *tok, int32_t id);
+
+/* Encodes `len` bytes of text. `add_special` adds what the post-processor and
+ * tokenizer_config's add_bos_token/add_eos_token ask for; text rendered from
+ * a chat template is encoded with add_special = false. Ids are returned in a
+ * new buffer (*ids, free with tern_free_buf). */
+enum tern_status tern_tokenize(const struct tern_tokenizer *tok, const char *text, size_t len,
+                               bool add_special, int32_t **ids, size_t *n_ids);
+
+/* Decodes ids into UTF-8 text (new NUL-terminated buffer, tern_free_buf).
+ * Special tokens are dropped when `skip_special`. */
+enum tern_status tern_detokenize(const struct tern_tokenizer *tok, const int32_t *ids, size_t n_ids,
+                                 bool skip_special, char **text, size_t *len);
+
+/* Streaming detokenizer: feed ids one at a time; each push returns only
+ * complete UTF-8 (possibly empty), and the pieces concatenate to
+ * tern_detokenize of the whole sequence. */
+struct tern_detok_stream;
+enum tern_status tern_detok_stream_create(const struct tern_tokenizer *tok, bool skip_special,
+                                          struct tern_detok_stream **out);
+/* Appends the new text to *piece (borrowed, valid until the next call). */
+enum tern_status tern_detok_stream_push(struct tern_detok_stream *s, int32_t id,
+                                        const char **piece, size_t *piece_len);
+/* Returns what is still held back (an incomplete character at the end, emitted as U+FFFD). */
+enum tern_status tern_detok_stream_flush(struct tern_detok_stream *s, const char **piece,
+                                         size_t *piece_len);
+void tern_detok_stream_destroy(struct tern_detok_stream *s);
+
+/* A chat template (a Jinja2 subset interpreter, rendering as transformers does). */
+struct tern_chat_template;
+
+/* Compiles template source; syntax errors give the template line. */
+enum tern_status tern_chat_template_create(const char *source, size_t len,
+                                           struct tern_chat_template **out);
+/* Loads the template of a model directory: chat_template.jinja, else
+ * tokenizer_config.json's chat_template (a string, or the list of named
+ * templates, where `name` picks one; NULL = "default"). */
+enum tern_status tern_chat_template_load(const char *dir, const char *name,
+                                         struct tern_chat_template **out);
+void tern_chat_template_destroy(struct tern_chat_template *t);
+/* The model's chat template (borrowed), or NULL when it has none. */
+const struct tern_chat_template *tern_model_chat_template(const struct tern_model *model);
+
+/* Renders with the variables of a JSON object (messages, tools,
+ * add_generation_prompt, bos_token, eos_token, ...). The output is a new
+ * NUL-terminated buffer (tern_free_buf). raise_exception() and runtime
+ * errors give TERN_E_TEMPLATE with the template line. */
+enum tern_status tern_chat_template_render(const struct tern_chat_template *t,
+                                           const char *context_json, char **out, size_t *out_len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TERN_H */

@@ -1,0 +1,238 @@
+/*
+ * backend.h — the one op interface that model code runs on, and the ragged
+ * batch that every op sees.
+ *
+ * A backend (CPU, or one CUDA device) owns device buffers and implements a
+ * table of ops over views into them. Model code never sees a device pointer:
+ * it holds `struct tern_dtensor` views and calls `be->ops->x(be, ...)`.
+ * The CPU implementation (cpu/) is the readable numerical reference; the CUDA
+ * one (cuda/) is fast. An op pointer left NULL means "not supported here";
+ * callers check with tern_backend_supports().
+ *
+ * Layouts (outermost first, row-major, contiguous unless said otherwise):
+ *   activations         [n_tokens, width]           in be->act_dtype
+ *   q / k / v           [n_tokens, n_heads, head_dim] (views of the qkv rows)
+ *   KV cache, per layer [n_blocks, block_size, n_kv_heads, head_dim] in be->kv_dtype
+ *   logits              [n_logits, vocab] float32
+ *
+ * The ragged batch (vLLM's shape): T tokens from S sequences, laid out
+ * sequence after sequence. Sequence s owns query tokens
+ * [query_start[s], query_start[s+1]); after this step it has seq_lens[s]
+ * tokens in the KV cache (its context plus these queries), so its query
+ * token i sits at position seq_lens[s] - q_len + i (positions[] says so
+ * explicitly). Token t writes its K/V into cache slot slot_mapping[t] =
+ * block * block_size + offset. Sequence s's logical block j lives in
+ * physical block block_tables[s * max_blocks_per_seq + j].
+ *
+ *   tokens      | s0 q0 q1 q2 | s1 q0 | s2 q0 q1 |
+ *   query_start   0           3       4          6
+ *
+ * Depends on base/ and tensor/.
+ */
+#ifndef TERN_BACKEND_H
+#define TERN_BACKEND_H
+
+#include "base/base.h"
+#include "tensor/tensor.h"
+
+struct tern_backend;
+struct tern_buf; /* a device allocation, owned by the backend that made it */
+
+/* A view into a backend buffer. Contiguous, row-major. */
+struct tern_dtensor {
+    struct tern_buf *buf; /* NULL = absent (e.g. no bias) */
+    size_t offset;        /* bytes from the start of buf */
+    enum tern_dtype dtype;
+    int n_dims;
+    int64_t shape[TERN_MAX_DIMS];
+};
+
+/* One linear layer, y = x W^T (+ bias), as the backend sees it.
+ * Dense:     weight [out, in] in F32/F16/BF16, bits == 0.
+ * Quantized (MLX affine, see tensor/quant.h): weight [out, in*bits/32] U32,
+ *            scales and biases [out, in/group_size] (F16/BF16); w = scale*q + bias.
+ * bias:      [out] additive, or buf == NULL. */
+struct tern_linear {
+    struct tern_dtensor weight;
+    struct tern_dtensor scales;
+    struct tern_dtensor biases;
+    struct tern_dtensor bias;
+    int32_t bits;       /* 0 = dense */
+    int32_t group_size; /* quantized only */
+    int64_t in_features;
+    int64_t out_features;
+};
+
+/* The batch on the host, as the scheduler (or a simple driver) builds it. */
+struct tern_batch {
+    int32_t n_tokens;           /* T */
+    int32_t n_seqs;             /* S */
+    int32_t max_blocks_per_seq; /* row length of block_tables */
+    int32_t n_logits;           /* rows of logits wanted */
+    const int32_t *token_ids;    /* [T] */
+    const int32_t *positions;    /* [T] */
+    const int32_t *query_start;  /* [S + 1] */
+    const int32_t *seq_lens;     /* [S] */
+    const int32_t *block_tables; /* [S, max_blocks_per_seq] */
+    const int32_t *slot_mapping; /* [T] */
+    const int32_t *logits_idx;   /* [n_logits] token rows whose logits are wanted */
+};
+
+/* The same batch as ops see it: int32 arrays in backend buffers, plus the
+ * host copy and a few host-side maxima for launch configuration. */
+struct tern_batch_dev {
+    const struct tern_batch *host;
+    int32_t block_size;
+    int32_t max_q_len;   /* longest query run in this batch */
+    int32_t max_seq_len; /* longest seq_lens[] in this batch */
+    struct tern_dtensor token_ids, positions, query_start, seq_lens, block_tables, slot_mapping,
+        logits_idx;
+};
+
+/* Rotary embedding. inv_freq holds the per-pair frequencies with any
+ * rope_scaling (linear, llama3, yarn) already applied; the angle of pair i
+ * at position p is p * inv_freq[i], and cos/sin are multiplied by mscale. */
+struct tern_rope {
+    int32_t head_dim;
+    int32_t rotary_dim;        /* leading dims rotated (== head_dim for full rotary) */
+    bool interleaved;          /* pairs (2i, 2i+1) (GPT-J); false = halves (HF rotate_half) */
+    float mscale;              /* yarn attention factor; 1 otherwise */
+    struct tern_dtensor inv_freq; /* [rotary_dim / 2] F32 */
+};
+
+struct tern_attn_params {
+    int32_t n_heads;
+    int32_t n_kv_heads; /* n_heads % n_kv_heads == 0 (GQA) */
+    int32_t head_dim;
+    float scale;            /* softmax scale, usually 1/sqrt(head_dim) */
+    int32_t sliding_window; /* 0 = attend to the whole context */
+    float softcap;          /* 0 = none; else logits = softcap * tanh(logits / softcap) */
+};
+
+/* The KV cache of one layer. */
+struct tern_kv_layer {
+    struct tern_dtensor k; /* [n_blocks, block_size, n_kv_heads, head_dim] */
+    struct tern_dtensor v; /* [n_blocks, block_size, n_kv_heads, head_dim] */
+};
+
+struct tern_backend_ops {
+    const char *name;
+    void (*destroy)(struct tern_backend *be);
+
+    /* ---- memory ---- */
+    enum tern_status (*buf_alloc)(struct tern_backend *be, size_t n_bytes, struct tern_buf **out);
+    /* Makes a buffer holding `n_bytes` of host data. A backend that can use
+     * host memory in place (CPU) may keep a borrowed pointer: the caller keeps
+     * `data` alive and unchanged for the buffer's life. */
+    enum tern_status (*buf_from_host)(struct tern_backend *be, const void *data, size_t n_bytes,
+                                      struct tern_buf **out);
+    void (*buf_free)(struct tern_backend *be, struct tern_buf *buf);
+    enum tern_status (*upload)(struct tern_backend *be, const struct tern_dtensor *dst,
+                               const void *src, size_t n_bytes);
+    enum tern_status (*download)(struct tern_backend *be, void *dst,
+                                 const struct tern_dtensor *src, size_t n_bytes);
+    /* Free and total device memory in bytes (host RAM for the CPU). */
+    enum tern_status (*mem_info)(struct tern_backend *be, size_t *free_bytes, size_t *total_bytes);
+    enum tern_status (*sync)(struct tern_backend *be);
+
+    /* ---- ops ---- */
+    /* out[t] = table[idx[t]] (rows gathered, dequantized when quantized).
+     * table: a linear [rows, width]; idx: [n] I32; out: [n, width]. Also used
+     * to gather the hidden rows whose logits are wanted. */
+    enum tern_status (*get_rows)(struct tern_backend *be, const struct tern_linear *table,
+                                 const struct tern_dtensor *idx, struct tern_dtensor *out);
+    /* out = x / sqrt(mean(x^2) + eps) * w, over the last dim of x.
+     * x, out: [rows, dim] (out may alias x); w: [dim]. The last dim of x may be
+     * smaller than its row (per-head norm): rows = numel / dim. */
+    enum tern_status (*rmsnorm)(struct tern_backend *be, const struct tern_dtensor *x,
+                                const struct tern_dtensor *w, float eps, struct tern_dtensor *out);
+    /* residual += x; out = rmsnorm(residual) * w. Fused residual add + norm. */
+    enum tern_status (*add_rmsnorm)(struct tern_backend *be, struct tern_dtensor *residual,
+                                    const struct tern_dtensor *x, const struct tern_dtensor *w,
+                                    float eps, struct tern_dtensor *out);
+    /* y[:, y_col : y_col + out] = x W^T (+ bias). x: [T, in]; y: [T, width]
+     * with width >= y_col + out. float32 accumulation. y may be F32 or the
+     * activation dtype. */
+    enum tern_status (*matmul)(struct tern_backend *be, const struct tern_dtensor *x,
+                               const struct tern_linear *w, struct tern_dtensor *y, int64_t y_col);
+    /* Rotates the first rotary_dim dims of each head of x in place.
+     * x: rows of [n_heads * head_dim] starting at column x_col of a
+     * [T, width] tensor (so q and k can be rotated inside the qkv rows);
+     * positions: [T] I32. */
+    enum tern_status (*rope)(struct tern_backend *be, struct tern_dtensor *x, int64_t x_col,
+                             int32_t n_heads, const struct tern_dtensor *positions,
+                             const struct tern_rope *rope);
+    /* Per-head RMSNorm of n_heads heads starting at column x_col of x [T,
+     * width], in place; w: [head_dim] (Qwen3 q_norm/k_norm). */
+    enum tern_status (*head_rmsnorm)(struct tern_backend *be, struct tern_dtensor *x,
+                                     int64_t x_col, int32_t n_heads, int32_t head_dim,
+                                     const struct tern_dtensor *w, float eps);
+    /* Writes token t's k and v (columns k_col / v_col of qkv [T, width], each
+     * n_kv_heads * head_dim wide) into slot slot_mapping[t] of the cache. */
+    enum tern_status (*kv_store)(struct tern_backend *be, const struct tern_dtensor *qkv,
+                                 int64_t k_col, int64_t v_col, const struct tern_batch_dev *batch,
+                                 struct tern_kv_layer *kv);
+    /* Causal attention of each query token over its sequence's cached K/V
+     * (positions <= its own, within sliding_window if set).
+     * q: columns [0, n_heads*head_dim) of qkv [T, width]; out: [T, n_heads*head_dim]. */
+    enum tern_status (*attention)(struct tern_backend *be, const struct tern_dtensor *qkv,
+                                  const struct tern_kv_layer *kv, const struct tern_batch_dev *batch,
+                                  const struct tern_attn_params *p, struct tern_dtensor *out);
+    /* out = silu(gate) * up, where gate_up: [T, 2*ff] holds gate in columns
+     * [0, ff) and up in [ff, 2ff); out: [T, ff]. */
+    enum tern_status (*silu_mul)(struct tern_backend *be, const struct tern_dtensor *gate_up,
+                                 struct tern_dtensor *out);
+    /* out = a + b, elementwise, same shapes (out may alias a). */
+    enum tern_status (*add)(struct tern_backend *be, const struct tern_dtensor *a,
+                            const struct tern_dtensor *b, struct tern_dtensor *out);
+    /* out[r] = argmax of row r of logits [n, vocab] F32 (first index on ties). */
+    enum tern_status (*argmax)(struct tern_backend *be, const struct tern_dtensor *logits,
+                               struct tern_dtensor *out);
+};
+
+/* The common head of every backend instance; implementations embed it first. */
+struct tern_backend {
+    const struct tern_backend_ops *ops;
+    enum tern_device device;
+    enum tern_dtype act_dtype; /* activations between ops */
+    enum tern_dtype kv_dtype;  /* KV cache entries */
+    int32_t n_threads;         /* CPU threads for the CPU backend */
+    bool deterministic;        /* fixed reduction order regardless of batch */
+};
+
+struct tern_backend_params {
+    enum tern_device device;
+    int device_index;
+    int32_t n_threads; /* 0 = all cores */
+    bool deterministic;
+};
+
+/* Creates a backend. TERN_DEVICE_AUTO picks CUDA when built with it and a
+ * device is present, else the CPU. Errors name what was missing. */
+enum tern_status tern_backend_create(const struct tern_backend_params *params,
+                                     struct tern_backend **out);
+void tern_backend_destroy(struct tern_backend *be);
+
+/* True when the build includes the CUDA backend and a device is visible. */
+bool tern_backend_cuda_available(void);
+
+/* ---- helpers over the interface ---- */
+
+static inline size_t tern_dtensor_numel(const struct tern_dtensor *t)
+{
+    return (size_t)tern_shape_numel(t->shape, t->n_dims);
+}
+
+static inline size_t tern_dtensor_bytes(const struct tern_dtensor *t)
+{
+    return tern_dtensor_numel(t) * tern_dtype_size(t->dtype);
+}
+
+/* Allocates a fresh buffer holding exactly one tensor of the given shape. */
+enum tern_status tern_dtensor_alloc(struct tern_backend *be, enum tern_dtype dtype, int n_dims,
+                                    const int64_t *shape, struct tern_dtensor *out);
+void tern_dtensor_free(struct tern_backend *be, struct tern_dtensor *t);
+/* A view of rows [row0, row0 + n_rows) of a tensor (first dim). */
+struct tern_dtensor tern_dtensor_rows(const struct tern_dtensor *t, int64_t row0, int64_t n_rows);
+
+#endif /* TERN_BACKEND_H */

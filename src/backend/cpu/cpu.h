@@ -1,0 +1,43 @@
+/*
+ * cpu.h — the CPU backend's ops (the numerical reference) and its pointer
+ * access. Activations and KV are float32; weights may be F32/F16/BF16 or
+ * MLX-affine quantized. OpenMP across cores.
+ */
+#ifndef TERN_BACKEND_CPU_H
+#define TERN_BACKEND_CPU_H
+
+#include "backend/backend.h"
+
+/* Host address of a view's first element. */
+void *tern_cpu_ptr(const struct tern_dtensor *t);
+
+enum tern_status tern_cpu_get_rows(struct tern_backend *be, const struct tern_linear *table,
+                                   const struct tern_dtensor *idx, struct tern_dtensor *out);
+enum tern_status tern_cpu_rmsnorm(struct tern_backend *be, const struct tern_dtensor *x,
+                                  const struct tern_dtensor *w, float eps, struct tern_dtensor *out);
+enum tern_status tern_cpu_add_rmsnorm(struct tern_backend *be, struct tern_dtensor *residual,
+                                      const struct tern_dtensor *x, const struct tern_dtensor *w,
+                                      float eps, struct tern_dtensor *out);
+enum tern_status tern_cpu_matmul(struct tern_backend *be, const struct tern_dtensor *x,
+                                 const struct tern_linear *w, struct tern_dtensor *y, int64_t y_col);
+enum tern_status tern_cpu_rope(struct tern_backend *be, struct tern_dtensor *x, int64_t x_col,
+                               int32_t n_heads, const struct tern_dtensor *positions,
+                               const struct tern_rope *rope);
+enum tern_status tern_cpu_head_rmsnorm(struct tern_backend *be, struct tern_dtensor *x,
+                                       int64_t x_col, int32_t n_heads, int32_t head_dim,
+                                       const struct tern_dtensor *w, float eps);
+enum tern_status tern_cpu_kv_store(struct tern_backend *be, const struct tern_dtensor *qkv,
+                                   int64_t k_col, int64_t v_col,
+                                   const struct tern_batch_dev *batch, struct tern_kv_layer *kv);
+enum tern_status tern_cpu_attention(struct tern_backend *be, const struct tern_dtensor *qkv,
+                                    const struct tern_kv_layer *kv,
+                                    const struct tern_batch_dev *batch,
+                                    const struct tern_attn_params *p, struct tern_dtensor *out);
+enum tern_status tern_cpu_silu_mul(struct tern_backend *be, const struct tern_dtensor *gate_up,
+                                   struct tern_dtensor *out);
+enum tern_status tern_cpu_add(struct tern_backend *be, const struct tern_dtensor *a,
+                              const struct tern_dtensor *b, struct tern_dtensor *out);
+enum tern_status tern_cpu_argmax(struct tern_backend *be, const struct tern_dtensor *logits,
+                                 struct tern_dtensor *out);
+
+#endif

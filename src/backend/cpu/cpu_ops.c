@@ -1,0 +1,14 @@
+/* placeholder while the ops are written */
+#include "backend/cpu/cpu.h"
+#define NYI return tern_error(TERN_E_UNSUPPORTED, "cpu op not yet implemented")
+enum tern_status tern_cpu_get_rows(struct tern_backend *be, const struct tern_linear *table, const struct tern_dtensor *idx, struct tern_dtensor *out) { NYI; }
+enum tern_status tern_cpu_rmsnorm(struct tern_backend *be, const struct tern_dtensor *x, const struct tern_dtensor *w, float eps, struct tern_dtensor *out) { NYI; }
+enum tern_status tern_cpu_add_rmsnorm(struct tern_backend *be, struct tern_dtensor *residual, const struct tern_dtensor *x, const struct tern_dtensor *w, float eps, struct tern_dtensor *out) { NYI; }
+enum tern_status tern_cpu_matmul(struct tern_backend *be, const struct tern_dtensor *x, const struct tern_linear *w, struct tern_dtensor *y, int64_t y_col) { NYI; }
+enum tern_status tern_cpu_rope(struct tern_backend *be, struct tern_dtensor *x, int64_t x_col, int32_t n_heads, const struct tern_dtensor *positions, const struct tern_rope *rope) { NYI; }
+enum tern_status tern_cpu_head_rmsnorm(struct tern_backend *be, struct tern_dtensor *x, int64_t x_col, int32_t n_heads, int32_t head_dim, const struct tern_dtensor *w, float eps) { NYI; }
+enum tern_status tern_cpu_kv_store(struct tern_backend *be, const struct tern_dtensor *qkv, int64_t k_col, int64_t v_col, const struct tern_batch_dev *batch, struct tern_kv_layer *kv) { NYI; }
+enum tern_status tern_cpu_attention(struct tern_backend *be, const struct tern_dtensor *qkv, const struct tern_kv_layer *kv, const struct tern_batch_dev *batch, const struct tern_attn_params *p, struct tern_dtensor *out) { NYI; }
+enum tern_status tern_cpu_silu_mul(struct tern_backend *be, const struct tern_dtensor *gate_up, struct tern_dtensor *out) { NYI; }
+enum tern_status tern_cpu_add(struct tern_backend *be, const struct tern_dtensor *a, const struct tern_dtensor *b, struct tern_dtensor *out) { NYI; }
+enum tern_status tern_cpu_argmax(struct tern_backend *be, const struct tern_dtensor *logits, struct tern_dtensor *out) { NYI; }

@@ -1,0 +1,162 @@
+/*
+ * testutil.c — see testutil.h.
+ */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+void tu_npy_load(const char *path, struct tu_npy *out)
+{
+    memset(out, 0, sizeof *out);
+    char *buf = NULL;
+    size_t len = 0;
+    if (tern_file_read(path, &buf, &len) != TERN_OK) fail_msg("%s", tern_last_error());
+    if (len < 10 || memcmp(buf, "\x93NUMPY", 6) != 0) fail_msg("%s: not a .npy file", path);
+    int major = (unsigned char)buf[6];
+    size_t hlen, hoff;
+    if (major == 1) {
+        hlen = (unsigned char)buf[8] | ((size_t)(unsigned char)buf[9] << 8);
+        hoff = 10;
+    } else {
+        hlen = (unsigned char)buf[8] | ((size_t)(unsigned char)buf[9] << 8) |
+               ((size_t)(unsigned char)buf[10] << 16) | ((size_t)(unsigned char)buf[11] << 24);
+        hoff = 12;
+    }
+    char *h = tern_strndup(buf + hoff, hlen);
+    const char *d = strstr(h, "'descr': '");
+    if (!d) fail_msg("%s: no descr", path);
+    memcpy(out->dtype, d + 10, 3);
+    if (strstr(h, "'fortran_order': True")) fail_msg("%s: fortran order", path);
+    const char *s = strstr(h, "'shape': (");
+    if (!s) fail_msg("%s: no shape", path);
+    s += 10;
+    out->n = 1;
+    while (*s && *s != ')') {
+        char *end;
+        long long v = strtoll(s, &end, 10);
+        if (end == s) break;
+        out->shape[out->n_dims++] = v;
+        out->n *= (size_t)v;
+        s = end;
+        while (*s == ',' || *s == ' ') s++;
+    }
+    size_t esz = out->dtype[2] - '0';
+    if (hoff + hlen + out->n * esz > len) fail_msg("%s: truncated", path);
+    out->data = tern_malloc(out->n * esz + 1);
+    memcpy(out->data, buf + hoff + hlen, out->n * esz);
+    tern_free(h);
+    tern_free(buf);
+}
+
+void tu_npy_free(struct tu_npy *a)
+{
+    tern_free(a->data);
+    a->data = NULL;
+}
+
+double tu_max_rel_err(const float *a, const float *b, size_t n)
+{
+    double max_ref = 0, max_diff = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(a[i]) || isnan(b[i])) return INFINITY;
+        double r = fabs((double)b[i]);
+        if (r > max_ref) max_ref = r;
+        double df = fabs((double)a[i] - (double)b[i]);
+        if (df > max_diff) max_diff = df;
+    }
+    return max_diff / (max_ref > 1e-30 ? max_ref : 1e-30);
+}
+
+char *tu_fixture(const char *rel)
+{
+    return tern_path_join(TERN_FIXTURES, rel);
+}
+
+static char *slurp_fd(FILE *f)
+{
+    struct tern_str s = {0};
+    char buf[4096];
+    size_t n;
+    tern_str_reserve(&s, 0);
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) tern_str_append(&s, buf, n);
+    return tern_str_take(&s);
+}
+
+int tu_run(const char *cmd, char **out, char **err)
+{
+    char errpath[] = "/tmp/tern-test-err-XXXXXX";
+    int fd = mkstemp(errpath);
+    if (fd < 0) return -1;
+    close(fd);
+    struct tern_str full = {0};
+    tern_str_appendf(&full, "%s 2>%s", cmd, errpath);
+    FILE *p = popen(full.data, "r");
+    tern_str_deinit(&full);
+    if (!p) return -1;
+    char *o = slurp_fd(p);
+    int rc = pclose(p);
+    char *e = NULL;
+    size_t elen;
+    if (tern_file_read(errpath, &e, &elen) != TERN_OK) e = tern_strdup("");
+    unlink(errpath);
+    if (out) *out = o;
+    else tern_free(o);
+    if (err) *err = e;
+    else tern_free(e);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+char *tu_shared_file(const char *rel)
+{
+    char *src = NULL;
+    struct tern_str s = {0};
+    tern_str_appendf(&s, "%s/%s.xz", TERN_SHARED, rel);
+    src = tern_str_take(&s);
+    if (!tern_file_exists(src)) {
+        tern_free(src);
+        return NULL;
+    }
+    struct tern_str dst = {0};
+    tern_str_appendf(&dst, "%s/shared/%s", TERN_BUILD_DIR, rel);
+    char *path = tern_str_take(&dst);
+    if (!tern_file_exists(path)) {
+        struct tern_str cmd = {0};
+        char *slash = strrchr(path, '/');
+        *slash = '\0';
+        tern_str_appendf(&cmd, "mkdir -p '%s' && xz -dc '%s' > '%s/.tmp.%d' && mv '%s/.tmp.%d' '%s/%s'",
+                         path, src, path, (int)getpid(), path, (int)getpid(), path, slash + 1);
+        *slash = '/';
+        int rc = system(cmd.data);
+        tern_str_deinit(&cmd);
+        if (rc != 0) fail_msg("could not decompress %s", src);
+    }
+    tern_free(src);
+    return path;
+}
+
+char *tu_temp_dir(const char *tag)
+{
+    struct tern_str s = {0};
+    tern_str_appendf(&s, "/tmp/tern-%s-XXXXXX", tag);
+    char *p = tern_str_take(&s);
+    if (!mkdtemp(p)) fail_msg("mkdtemp failed");
+    return p;
+}
+
+char *tu_write_temp(const char *name, const void *data, size_t len)
+{
+    char *dir = tu_temp_dir("file");
+    char *path = tern_path_join(dir, name);
+    tern_free(dir);
+    FILE *f = fopen(path, "wb");
+    if (!f) fail_msg("cannot write %s", path);
+    fwrite(data, 1, len, f);
+    fclose(f);
+    return path;
+}

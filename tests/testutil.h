@@ -1,0 +1,51 @@
+/*
+ * testutil.h — helpers shared by the tests: cmocka includes, fixture paths,
+ * .npy reading, error measures, running the `tern` command, shared data.
+ */
+#ifndef TERN_TESTUTIL_H
+#define TERN_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "base/base.h"
+
+/* A float32 / int32 / int64 array read from a .npy file (C order). */
+struct tu_npy {
+    char dtype[8]; /* "<f4", "<i4", "<i8" */
+    int n_dims;
+    int64_t shape[4];
+    size_t n;   /* elements */
+    void *data; /* tern_free */
+};
+
+/* Loads a .npy file; fails the test on error. */
+void tu_npy_load(const char *path, struct tu_npy *out);
+void tu_npy_free(struct tu_npy *a);
+
+/* max_i |a_i - b_i| / max(max_i |b_i|, tiny): the relative error measure the
+ * golden tests use (max error relative to the reference's scale). */
+double tu_max_rel_err(const float *a, const float *b, size_t n);
+
+/* Path under tests/fixtures (static buffer per call site is not safe: caller
+ * frees with tern_free). */
+char *tu_fixture(const char *rel);
+
+/* Runs a shell command, capturing stdout and stderr (separately) into
+ * tern_free'd strings; returns the exit status (or -1). */
+int tu_run(const char *cmd, char **out, char **err);
+
+/* Decompresses ../shared/data/<rel>.xz into the build tree once and returns
+ * the path of the plain file (tern_free), or NULL when shared data is absent
+ * (the test should skip). */
+char *tu_shared_file(const char *rel);
+
+/* Writes bytes to a fresh temporary file and returns its path (tern_free). */
+char *tu_write_temp(const char *name, const void *data, size_t len);
+/* Makes a fresh temporary directory (tern_free). */
+char *tu_temp_dir(const char *tag);
+
+#endif
