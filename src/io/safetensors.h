@@ -10,6 +10,11 @@
  * bounds and non-overlapping) before any tensor is handed out, and every
  * error names the file and the tensor.
  *
+ * Alignment: the format does not promise any alignment of tensor data (the
+ * data section starts at 8 + N, and N is only sometimes padded to 8), so a
+ * view's `data` may be unaligned for its dtype. Read it with memcpy or
+ * unaligned loads, or copy it into an owned buffer.
+ *
  * Depends on base/, tensor/, jansson.
  */
 #ifndef TERN_IO_SAFETENSORS_H
@@ -37,6 +42,18 @@ struct tern_st_header {
 enum tern_status tern_st_header_parse(const char *json, size_t json_len, uint64_t data_len,
                                       const char *what, struct tern_st_header *out);
 void tern_st_header_deinit(struct tern_st_header *h);
+/* Binary search by name; NULL when absent. */
+const struct tern_st_entry *tern_st_header_find(const struct tern_st_header *h, const char *name);
+
+/* Parses a whole file image held in memory (8-byte length, header, data):
+ * the checks tern_st_file_open makes, without a file. On success the data
+ * section starts at image + *data_start. */
+enum tern_status tern_st_image_parse(const void *image, size_t len, const char *what,
+                                     struct tern_st_header *out, size_t *data_start);
+/* Fills a view of entry e whose data section starts at data_section (NULL
+ * gives a view that only describes). */
+void tern_st_entry_view(const struct tern_st_entry *e, const void *data_section,
+                        struct tern_tensor_view *out);
 
 /* ---- one mmapped file ---- */
 struct tern_st_file;
@@ -51,9 +68,13 @@ void tern_st_file_view(const struct tern_st_file *f, size_t i, struct tern_tenso
 /* ---- a snapshot: config.json + one or more safetensors files ---- */
 struct tern_snapshot;
 
-/* Opens a snapshot directory: model.safetensors, or
+/* Opens a snapshot directory: model.safetensors, or (when that is absent)
  * model.safetensors.index.json and its shards (each shard opened once, every
- * tensor of the index present in its shard). */
+ * tensor of the index present in its shard, no tensor of a shard assigned to
+ * another shard by the index; tensors of a shard that the index does not name
+ * are ignored, as transformers does). Only the weights are read here:
+ * config.json is the caller's (tern_json_doc_load on tern_snapshot_dir).
+ * TERN_E_NOT_FOUND when the directory holds neither file. */
 enum tern_status tern_snapshot_open(const char *dir, struct tern_snapshot **out);
 void tern_snapshot_close(struct tern_snapshot *s);
 
