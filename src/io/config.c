@@ -18,6 +18,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum tern_status tern_io_error(enum tern_status status, const char *fmt, ...)
@@ -53,8 +54,12 @@ static const char *describe(const json_t *v, char *buf, size_t cap)
 {
     if (json_is_integer(v))
         snprintf(buf, cap, "%lld", (long long)json_integer_value(v));
-    else if (json_is_real(v))
-        snprintf(buf, cap, "%.17g", json_real_value(v));
+    else if (json_is_real(v)) {
+        /* shortest of %.15g / %.17g that reads back exactly: 0.1, not 0.10000000000000001 */
+        snprintf(buf, cap, "%.15g", json_real_value(v));
+        if (strtod(buf, NULL) != json_real_value(v))
+            snprintf(buf, cap, "%.17g", json_real_value(v));
+    }
     else
         snprintf(buf, cap, "%s", tern_json_type_name(v));
     return buf;

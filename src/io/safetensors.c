@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -84,6 +85,26 @@ static enum tern_status parse_shape(const char *what, const char *name, const js
     return TERN_OK;
 }
 
+/* Describes a bad data_offsets value: "[0, real]", "an array of 3", "string". */
+static const char *describe_offsets(const json_t *v, char *buf, size_t cap)
+{
+    if (!json_is_array(v)) return tern_json_type_name(v);
+    if (json_array_size(v) != 2) {
+        snprintf(buf, cap, "an array of %zu", json_array_size(v));
+        return buf;
+    }
+    char part[2][32];
+    for (size_t i = 0; i < 2; i++) {
+        const json_t *x = json_array_get(v, i);
+        if (json_is_integer(x))
+            snprintf(part[i], sizeof part[i], "%lld", (long long)json_integer_value(x));
+        else
+            snprintf(part[i], sizeof part[i], "%s", tern_json_type_name(x));
+    }
+    snprintf(buf, cap, "[%s, %s]", part[0], part[1]);
+    return buf;
+}
+
 static enum tern_status parse_offsets(const char *what, const char *name, const json_t *e,
                                       uint64_t data_len, struct tern_st_entry *out)
 {
@@ -91,13 +112,13 @@ static enum tern_status parse_offsets(const char *what, const char *name, const 
     if (!v)
         return tern_io_error(TERN_E_FORMAT, "%s: tensor '%s' has no 'data_offsets'", what, name);
     const json_t *b = json_array_get(v, 0), *en = json_array_get(v, 1);
+    char buf[96];
     if (!json_is_array(v) || json_array_size(v) != 2 || !json_is_integer(b) ||
         !json_is_integer(en) || json_integer_value(b) < 0 || json_integer_value(en) < 0)
         return tern_io_error(TERN_E_FORMAT,
                              "%s: tensor '%s': 'data_offsets' must be [begin, end] of two "
                              "non-negative integers, got %s",
-                             what, name,
-                             json_is_array(v) ? "an array of other kind" : tern_json_type_name(v));
+                             what, name, describe_offsets(v, buf, sizeof buf));
     out->begin = (uint64_t)json_integer_value(b);
     out->end = (uint64_t)json_integer_value(en);
     if (out->begin > out->end)
