@@ -15,7 +15,3 @@ int tern_cmd_detokenize(int argc, char **argv) { return missing("detokenize"); }
 int tern_cmd_render(int argc, char **argv) { return missing("render"); }
 int tern_cmd_serve(int argc, char **argv) { return missing("serve"); }
 int tern_cmd_quantize(int argc, char **argv) { return missing("quantize"); }
-int tern_cmd_inspect(int argc, char **argv) { return missing("inspect"); }
-int tern_cmd_generate(int argc, char **argv) { return missing("generate"); }
-int tern_cmd_logits(int argc, char **argv) { return missing("logits"); }
-int tern_cmd_bench(int argc, char **argv) { return missing("bench"); }

@@ -1,0 +1,293 @@
+/*
+ * cmd_model.c — `tern inspect`, `tern generate`, `tern logits`: the model
+ * commands, on the public API only.
+ */
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Options shared by the model commands. */
+struct model_opts {
+    const char *model;
+    const char *ids;
+    const char *prompt;
+    const char *out;
+    long long max_tokens;
+    enum tern_device device;
+    bool no_eos;
+    bool json;
+    bool chat;
+};
+
+static int parse_opts(const char *cmd, int argc, char **argv, struct model_opts *o,
+                      const char *usage)
+{
+    memset(o, 0, sizeof *o);
+    o->max_tokens = 32;
+    o->device = TERN_DEVICE_CPU;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("%s", usage);
+            return 0;
+        } else if (!strcmp(a, "--model") && v) o->model = argv[++i];
+        else if (!strcmp(a, "--ids") && v) o->ids = argv[++i];
+        else if (!strcmp(a, "--prompt") && v) o->prompt = argv[++i];
+        else if (!strcmp(a, "--out") && v) o->out = argv[++i];
+        else if (!strcmp(a, "--max-tokens") && v) {
+            if (!cli_parse_int(cmd, a, argv[++i], 0, 1 << 24, &o->max_tokens)) return 2;
+        } else if (!strcmp(a, "--device") && v) {
+            if (!cli_parse_device(cmd, argv[++i], &o->device)) return 2;
+        } else if (!strcmp(a, "--no-eos")) o->no_eos = true;
+        else if (!strcmp(a, "--json")) o->json = true;
+        else if (!strcmp(a, "--chat")) o->chat = true;
+        else return cli_usage(cmd, "unknown or incomplete option '%s'", a);
+    }
+    if (!o->model) return cli_usage(cmd, "--model DIR is required");
+    return -1; /* continue */
+}
+
+static int open_model(const char *cmd, const struct model_opts *o, struct tern_model **m)
+{
+    struct tern_model_params mp = tern_model_default_params();
+    mp.device = o->device;
+    mp.progress = true;
+    enum tern_status st = tern_model_open(o->model, &mp, m);
+    if (st != TERN_OK) return cli_fail(cmd, NULL, st);
+    return 0;
+}
+
+static const char inspect_usage[] =
+    "usage: tern inspect --model DIR [--json] [--device cpu|cuda]\n"
+    "Shows the architecture, parameter count, dtype, bytes and context length.\n";
+
+int tern_cmd_inspect(int argc, char **argv)
+{
+    struct model_opts o;
+    int rc = parse_opts("inspect", argc, argv, &o, inspect_usage);
+    if (rc >= 0) return rc;
+    struct tern_model *m;
+    if ((rc = open_model("inspect", &o, &m))) return rc;
+    struct tern_model_info in;
+    tern_model_get_info(m, &in);
+    if (o.json) {
+        printf("{\"architecture\": \"%s\", \"model_type\": \"%s\", \"dtype\": \"%s\", "
+               "\"n_params\": %lld, \"weight_bytes\": %lld, \"n_layers\": %d, \"hidden_size\": %d, "
+               "\"n_heads\": %d, \"n_kv_heads\": %d, \"head_dim\": %d, \"intermediate_size\": %d, "
+               "\"vocab_size\": %d, \"context_length\": %d, \"tied_embeddings\": %s, "
+               "\"has_tokenizer\": %s, \"has_chat_template\": %s, \"unused_tensors\": %d}\n",
+               in.architecture, in.model_type, in.dtype, (long long)in.n_params,
+               (long long)in.weight_bytes, in.n_layers, in.n_embd, in.n_heads, in.n_kv_heads,
+               in.head_dim, in.n_ff, in.vocab_size, in.context_length,
+               in.tied_embeddings ? "true" : "false", in.has_tokenizer ? "true" : "false",
+               in.has_chat_template ? "true" : "false", in.n_unused_tensors);
+    } else {
+        printf("architecture     %s (%s)\n", in.architecture, in.model_type);
+        printf("parameters       %.3f M\n", (double)in.n_params / 1e6);
+        printf("dtype            %s\n", in.dtype);
+        printf("weight bytes     %lld (%.2f MB)\n", (long long)in.weight_bytes,
+               (double)in.weight_bytes / 1e6);
+        printf("layers           %d\n", in.n_layers);
+        printf("hidden / ff      %d / %d\n", in.n_embd, in.n_ff);
+        printf("heads / kv / dim %d / %d / %d\n", in.n_heads, in.n_kv_heads, in.head_dim);
+        printf("vocab            %d\n", in.vocab_size);
+        printf("context length   %d\n", in.context_length);
+        printf("tied embeddings  %s\n", in.tied_embeddings ? "yes" : "no");
+        printf("tokenizer        %s\n", in.has_tokenizer ? "yes" : "no");
+        printf("chat template    %s\n", in.has_chat_template ? "yes" : "no");
+        printf("unused tensors   %d\n", in.n_unused_tensors);
+    }
+    tern_model_close(m);
+    return 0;
+}
+
+/* Token ids from --ids, or from --prompt through the model's tokenizer (and
+ * its chat template with --chat). */
+static int prompt_ids(const char *cmd, const struct model_opts *o, struct tern_model *m,
+                      int32_t **ids, int *n)
+{
+    if (o->ids) {
+        if (!cli_parse_ids(o->ids, ids, n) || *n == 0)
+            return cli_usage(cmd, "--ids expects non-negative integers, got '%s'", o->ids);
+        return 0;
+    }
+    if (!o->prompt) return cli_usage(cmd, "give --ids \"1 2 3\" or --prompt TEXT");
+    const struct tern_tokenizer *tok = tern_model_tokenizer(m);
+    if (!tok) {
+        fprintf(stderr, "tern %s: %s has no tokenizer.json; use --ids\n", cmd, o->model);
+        return 1;
+    }
+    char *text = NULL;
+    size_t len = strlen(o->prompt);
+    bool add_special = true;
+    enum tern_status st;
+    if (o->chat) {
+        const struct tern_chat_template *t = tern_model_chat_template(m);
+        if (!t) {
+            fprintf(stderr, "tern %s: %s has no chat template\n", cmd, o->model);
+            return 1;
+        }
+        /* The prompt becomes one user message; jansson is not visible here, so
+         * escape by hand. */
+        size_t cap = len * 6 + 128;
+        char *ctx = malloc(cap);
+        if (!ctx) return cli_fail(cmd, "out of memory", TERN_E_NO_MEMORY);
+        size_t k = (size_t)snprintf(ctx, cap, "{\"add_generation_prompt\": true, \"messages\": "
+                                              "[{\"role\": \"user\", \"content\": \"");
+        for (const unsigned char *p = (const unsigned char *)o->prompt; *p; p++) {
+            if (*p == '"' || *p == '\\') k += (size_t)snprintf(ctx + k, cap - k, "\\%c", *p);
+            else if (*p < 0x20) k += (size_t)snprintf(ctx + k, cap - k, "\\u%04x", *p);
+            else ctx[k++] = (char)*p;
+        }
+        snprintf(ctx + k, cap - k, "\"}]}");
+        st = tern_chat_template_render(t, ctx, &text, &len);
+        free(ctx);
+        if (st != TERN_OK) return cli_fail(cmd, "chat template", st);
+        add_special = false; /* the template already wrote BOS and friends */
+    }
+    int32_t *tids = NULL;
+    size_t nt = 0;
+    st = tern_tokenize(tok, text ? text : o->prompt, len, add_special, &tids, &nt);
+    tern_free_buf(text);
+    if (st != TERN_OK) return cli_fail(cmd, "tokenize", st);
+    *ids = malloc(nt * sizeof(int32_t) + 1);
+    if (!*ids) return cli_fail(cmd, "out of memory", TERN_E_NO_MEMORY);
+    memcpy(*ids, tids, nt * sizeof(int32_t));
+    *n = (int)nt;
+    tern_free_buf(tids);
+    if (*n == 0) return cli_usage(cmd, "--prompt encodes to no tokens");
+    return 0;
+}
+
+static const char generate_usage[] =
+    "usage: tern generate --model DIR (--ids \"1 2 3\" | --prompt TEXT [--chat])\n"
+    "                     [--max-tokens N] [--no-eos] [--device cpu|cuda] [--json]\n"
+    "Greedy generation. Prints the generated ids, then the text when the model has a "
+    "tokenizer.\n";
+
+int tern_cmd_generate(int argc, char **argv)
+{
+    struct model_opts o;
+    int rc = parse_opts("generate", argc, argv, &o, generate_usage);
+    if (rc >= 0) return rc;
+    struct tern_model *m;
+    if ((rc = open_model("generate", &o, &m))) return rc;
+    int32_t *ids = NULL, *out = NULL;
+    int n = 0;
+    struct tern_engine *e = NULL;
+    if ((rc = prompt_ids("generate", &o, m, &ids, &n))) goto done;
+    struct tern_engine_params ep = tern_engine_default_params();
+    ep.max_seqs = 1;
+    enum tern_status st = tern_engine_create(m, &ep, &e);
+    if (st != TERN_OK) {
+        rc = cli_fail("generate", "engine", st);
+        goto done;
+    }
+    out = malloc(((size_t)o.max_tokens + 1) * sizeof *out);
+    int32_t n_out = 0;
+    if (!out) {
+        rc = cli_fail("generate", "out of memory", TERN_E_NO_MEMORY);
+        goto done;
+    }
+    st = tern_generate_greedy(e, ids, n, (int32_t)o.max_tokens, !o.no_eos, out, &n_out);
+    if (st != TERN_OK) {
+        rc = cli_fail("generate", NULL, st);
+        goto done;
+    }
+    const struct tern_tokenizer *tok = tern_model_tokenizer(m);
+    char *text = NULL;
+    size_t tlen = 0;
+    if (tok && tern_detokenize(tok, out, (size_t)n_out, true, &text, &tlen) != TERN_OK) text = NULL;
+    if (o.json) {
+        printf("{\"prompt_ids\": [");
+        for (int i = 0; i < n; i++) printf("%s%d", i ? ", " : "", ids[i]);
+        printf("], \"ids\": [");
+        for (int i = 0; i < n_out; i++) printf("%s%d", i ? ", " : "", out[i]);
+        printf("]}\n");
+    } else {
+        for (int i = 0; i < n_out; i++) printf("%s%d", i ? " " : "", out[i]);
+        printf("\n");
+        if (text) printf("%s\n", text);
+    }
+    tern_free_buf(text);
+done:
+    free(ids);
+    free(out);
+    tern_engine_destroy(e);
+    tern_model_close(m);
+    return rc;
+}
+
+/* Writes a float32 [rows, cols] array as .npy (format 1.0). */
+static int write_npy(const char *path, const float *data, int rows, int cols)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        fprintf(stderr, "tern logits: cannot write %s\n", path);
+        return 1;
+    }
+    char header[128];
+    int hl = snprintf(header, sizeof header,
+                      "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }", rows, cols);
+    int total = 10 + hl + 1;
+    int pad = (64 - total % 64) % 64;
+    unsigned short hlen = (unsigned short)(hl + pad + 1);
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    fputc(hlen & 0xff, f);
+    fputc(hlen >> 8, f);
+    fwrite(header, 1, (size_t)hl, f);
+    for (int i = 0; i < pad; i++) fputc(' ', f);
+    fputc('\n', f);
+    size_t n = (size_t)rows * (size_t)cols;
+    int rc = fwrite(data, sizeof(float), n, f) == n ? 0 : 1;
+    if (fclose(f) != 0) rc = 1;
+    if (rc) fprintf(stderr, "tern logits: short write to %s\n", path);
+    return rc;
+}
+
+static const char logits_usage[] =
+    "usage: tern logits --model DIR --ids \"1 2 3\" --out F.npy [--device cpu|cuda]\n"
+    "Writes float32 logits [n_tokens, vocab] of every position as .npy.\n";
+
+int tern_cmd_logits(int argc, char **argv)
+{
+    struct model_opts o;
+    int rc = parse_opts("logits", argc, argv, &o, logits_usage);
+    if (rc >= 0) return rc;
+    if (!o.out) return cli_usage("logits", "--out F.npy is required");
+    struct tern_model *m;
+    if ((rc = open_model("logits", &o, &m))) return rc;
+    int32_t *ids = NULL;
+    float *logits = NULL;
+    int n = 0;
+    struct tern_engine *e = NULL;
+    if ((rc = prompt_ids("logits", &o, m, &ids, &n))) goto done;
+    struct tern_model_info in;
+    tern_model_get_info(m, &in);
+    struct tern_engine_params ep = tern_engine_default_params();
+    ep.max_seqs = 1;
+    enum tern_status st = tern_engine_create(m, &ep, &e);
+    if (st != TERN_OK) {
+        rc = cli_fail("logits", "engine", st);
+        goto done;
+    }
+    logits = malloc((size_t)n * (size_t)in.vocab_size * sizeof(float));
+    if (!logits) {
+        rc = cli_fail("logits", "out of memory", TERN_E_NO_MEMORY);
+        goto done;
+    }
+    st = tern_logits(e, ids, n, logits);
+    if (st != TERN_OK) {
+        rc = cli_fail("logits", NULL, st);
+        goto done;
+    }
+    rc = write_npy(o.out, logits, n, in.vocab_size);
+done:
+    free(ids);
+    free(logits);
+    tern_engine_destroy(e);
+    tern_model_close(m);
+    return rc;
+}

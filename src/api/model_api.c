@@ -1,0 +1,131 @@
+/*
+ * model_api.c — tern_model_* of the public API: opening a snapshot
+ * (config.json, generation_config.json, safetensors, tokenizer, chat template)
+ * and describing it.
+ */
+#include "api/api.h"
+
+#include <string.h>
+
+static enum tern_status open_generation_config(struct tern_model *m)
+{
+    char *path = tern_path_join(m->dir, "generation_config.json");
+    if (!path) return TERN_E_NO_MEMORY;
+    enum tern_status st = TERN_OK;
+    if (tern_file_exists(path)) {
+        st = tern_json_doc_load(path, &m->gen_cfg);
+        if (st == TERN_OK) m->has_gen_cfg = true;
+    }
+    tern_free(path);
+    return st;
+}
+
+static enum tern_status open_text(struct tern_model *m)
+{
+    char *path = tern_path_join(m->dir, "tokenizer.json");
+    if (!path) return TERN_E_NO_MEMORY;
+    bool has = tern_file_exists(path);
+    tern_free(path);
+    if (has) TERN_TRY(tern_tokenizer_open(m->dir, &m->tok));
+    enum tern_status st = tern_chat_template_load(m->dir, NULL, &m->tmpl);
+    if (st == TERN_E_NOT_FOUND) {
+        m->tmpl = NULL;
+        tern_error_clear();
+        st = TERN_OK;
+    }
+    return st;
+}
+
+enum tern_status tern_model_open(const char *dir, const struct tern_model_params *params,
+                                 struct tern_model **out)
+{
+    *out = NULL;
+    if (!dir || !*dir) return tern_error(TERN_E_INVALID_ARG, "model directory: empty path");
+    struct tern_model_params p = params ? *params : tern_model_default_params();
+    struct tern_model *m = tern_calloc(1, sizeof *m);
+    if (!m) return TERN_E_NO_MEMORY;
+    enum tern_status st;
+    m->dir = tern_strdup(dir);
+    if (!m->dir) {
+        st = TERN_E_NO_MEMORY;
+        goto fail;
+    }
+    char *cfg_path = tern_path_join(dir, "config.json");
+    if (!cfg_path) {
+        st = TERN_E_NO_MEMORY;
+        goto fail;
+    }
+    if (!tern_file_exists(cfg_path)) {
+        st = tern_error(TERN_E_NOT_FOUND, "%s: no config.json (is this a Hugging Face snapshot "
+                        "directory?)", dir);
+        tern_free(cfg_path);
+        goto fail;
+    }
+    st = tern_json_doc_load(cfg_path, &m->cfg);
+    tern_free(cfg_path);
+    if (st != TERN_OK) goto fail;
+    if ((st = open_generation_config(m)) != TERN_OK) goto fail;
+    if ((st = tern_snapshot_open(dir, &m->snap)) != TERN_OK) goto fail;
+    struct tern_backend_params bp = {p.device, p.device_index, 0, false};
+    if ((st = tern_model_core_load(m->snap, &m->cfg, &bp, p.progress, &m->core)) != TERN_OK)
+        goto fail;
+    if ((st = open_text(m)) != TERN_OK) goto fail;
+    *out = m;
+    return TERN_OK;
+fail:
+    tern_model_close(m);
+    return st;
+}
+
+void tern_model_close(struct tern_model *m)
+{
+    if (!m) return;
+    tern_model_core_free(&m->core);
+    tern_snapshot_close(m->snap);
+    tern_json_doc_deinit(&m->cfg);
+    if (m->has_gen_cfg) tern_json_doc_deinit(&m->gen_cfg);
+    tern_tokenizer_close(m->tok);
+    tern_chat_template_destroy(m->tmpl);
+    tern_free(m->dir);
+    tern_free(m);
+}
+
+const struct tern_tokenizer *tern_model_tokenizer(const struct tern_model *m)
+{
+    return m ? m->tok : NULL;
+}
+
+const struct tern_chat_template *tern_model_chat_template(const struct tern_model *m)
+{
+    return m ? m->tmpl : NULL;
+}
+
+enum tern_status tern_model_get_info(const struct tern_model *m, struct tern_model_info *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!m) return tern_error(TERN_E_INVALID_ARG, "model is NULL");
+    const struct tern_hparams *hp = &m->core.hp;
+    const json_t *mt = json_object_get(m->cfg.root, "model_type");
+    out->architecture = m->core.arch->hf_name;
+    out->model_type = json_is_string(mt) ? json_string_value(mt) : "";
+    static const char *const qnames[] = {"", "", "q2", "q3", "q4", "q5", "q6", "", "q8"};
+    out->dtype = m->core.w.quant_bits ? qnames[m->core.w.quant_bits]
+                                      : tern_dtype_name(m->core.w.dtype);
+    out->n_params = m->core.w.n_params;
+    out->weight_bytes = m->core.w.n_bytes;
+    out->n_layers = hp->num_hidden_layers;
+    out->n_embd = hp->hidden_size;
+    out->n_heads = hp->num_attention_heads;
+    out->n_kv_heads = hp->num_key_value_heads;
+    out->head_dim = hp->head_dim;
+    out->n_ff = hp->intermediate_size;
+    out->vocab_size = hp->vocab_size;
+    out->context_length = hp->max_position_embeddings;
+    out->bos_id = hp->bos_token_id;
+    out->eos_id = hp->n_eos ? hp->eos_token_ids[0] : -1;
+    out->tied_embeddings = hp->tie_word_embeddings;
+    out->has_tokenizer = m->tok != NULL;
+    out->has_chat_template = m->tmpl != NULL;
+    out->n_unused_tensors = m->core.w.n_unused;
+    return TERN_OK;
+}

@@ -1,0 +1,209 @@
+/*
+ * engine.c — the engine handle: KV cache and forward scratch sized at
+ * creation, and the blocking single-sequence entry points (greedy generation,
+ * all-position logits). The serving loop (scheduler, sampling, streams) builds
+ * on the same forward and cache.
+ */
+#include "api/api.h"
+#include "engine/engine.h"
+
+#include <string.h>
+
+static enum tern_status size_cache(struct tern_engine *e)
+{
+    struct tern_model_core *m = &e->model->core;
+    const struct tern_engine_params *p = &e->p;
+    int32_t bs = p->block_size;
+    e->max_blocks_per_seq = (e->max_context + bs - 1) / bs;
+    size_t block_bytes = tern_kv_block_bytes(m, bs);
+    int64_t want = (int64_t)e->max_blocks_per_seq * p->max_seqs;
+    int64_t budget_blocks;
+    if (p->kv_bytes > 0) {
+        budget_blocks = p->kv_bytes / (int64_t)block_bytes;
+    } else {
+        size_t free_b = 0, total_b = 0;
+        TERN_TRY(m->be->ops->mem_info(m->be, &free_b, &total_b));
+        budget_blocks = (int64_t)((double)free_b * p->kv_fraction / (double)block_bytes);
+        /* The CPU shares RAM with everything else: never take more than asked for. */
+        if (m->be->device == TERN_DEVICE_CPU && budget_blocks > want) budget_blocks = want;
+    }
+    if (budget_blocks > want) budget_blocks = want;
+    if (budget_blocks < e->max_blocks_per_seq && budget_blocks < 1)
+        return tern_error(TERN_E_NO_MEMORY,
+                          "KV cache: budget holds no %d-token block (%zu bytes each)", bs,
+                          block_bytes);
+    e->n_blocks = (int32_t)budget_blocks;
+    return TERN_OK;
+}
+
+enum tern_status tern_engine_create(struct tern_model *model, const struct tern_engine_params *params,
+                                    struct tern_engine **out)
+{
+    *out = NULL;
+    if (!model) return tern_error(TERN_E_INVALID_ARG, "engine: model is NULL");
+    struct tern_engine_params p = params ? *params : tern_engine_default_params();
+    if (p.max_seqs < 1 || p.max_batch_tokens < 1 || p.block_size < 1 || p.block_size > 1024 ||
+        p.max_context < 0 || p.kv_bytes < 0 || p.kv_fraction <= 0 || p.kv_fraction > 1)
+        return tern_error(TERN_E_INVALID_ARG,
+                          "engine params: max_seqs, max_batch_tokens and block_size must be "
+                          "positive, kv_fraction in (0, 1]");
+    struct tern_engine *e = tern_calloc(1, sizeof *e);
+    if (!e) return TERN_E_NO_MEMORY;
+    e->model = model;
+    e->p = p;
+    struct tern_model_core *m = &model->core;
+    e->max_context = p.max_context ? p.max_context : m->hp.max_position_embeddings;
+    e->max_logits = p.max_seqs > 64 ? p.max_seqs : 64;
+    if (e->max_logits > p.max_batch_tokens) e->max_logits = p.max_batch_tokens;
+    if (e->max_logits < p.max_seqs) e->max_logits = p.max_seqs;
+    enum tern_status st = size_cache(e);
+    if (st == TERN_OK) st = tern_kv_cache_init(m, e->n_blocks, p.block_size, &e->kv);
+    if (st == TERN_OK)
+        st = tern_fwd_init(m, p.max_batch_tokens, p.max_seqs, e->max_blocks_per_seq,
+                           e->max_logits, p.block_size, &e->fwd);
+    if (st == TERN_OK) st = tern_engine_host_batch_init(e);
+    if (st != TERN_OK) {
+        tern_engine_destroy(e);
+        return st;
+    }
+    *out = e;
+    return TERN_OK;
+}
+
+void tern_engine_destroy(struct tern_engine *e)
+{
+    if (!e) return;
+    struct tern_model_core *m = &e->model->core;
+    tern_fwd_deinit(m, &e->fwd);
+    tern_kv_cache_deinit(m, &e->kv);
+    tern_engine_host_batch_deinit(e);
+    tern_free(e);
+}
+
+enum tern_status tern_engine_host_batch_init(struct tern_engine *e)
+{
+    int32_t T = e->p.max_batch_tokens, S = e->p.max_seqs;
+    e->hb.ids = tern_calloc((size_t)T, 4);
+    e->hb.pos = tern_calloc((size_t)T, 4);
+    e->hb.slots = tern_calloc((size_t)T, 4);
+    e->hb.qstart = tern_calloc((size_t)S + 1, 4);
+    e->hb.seqlen = tern_calloc((size_t)S, 4);
+    e->hb.lidx = tern_calloc((size_t)e->max_logits, 4);
+    e->hb.btable = tern_calloc((size_t)S * (size_t)e->max_blocks_per_seq, 4);
+    e->hb.out_ids = tern_calloc((size_t)e->max_logits, 4);
+    if (!e->hb.ids || !e->hb.pos || !e->hb.slots || !e->hb.qstart || !e->hb.seqlen ||
+        !e->hb.lidx || !e->hb.btable || !e->hb.out_ids)
+        return TERN_E_NO_MEMORY;
+    return TERN_OK;
+}
+
+void tern_engine_host_batch_deinit(struct tern_engine *e)
+{
+    tern_free(e->hb.ids);
+    tern_free(e->hb.pos);
+    tern_free(e->hb.slots);
+    tern_free(e->hb.qstart);
+    tern_free(e->hb.seqlen);
+    tern_free(e->hb.lidx);
+    tern_free(e->hb.btable);
+    tern_free(e->hb.out_ids);
+}
+
+/* Runs tokens [start, start + n) of one sequence whose blocks are 0, 1, 2...
+ * (the solo path), asking logits for the last `n_logits` of them. */
+static enum tern_status solo_step(struct tern_engine *e, const int32_t *ids, int32_t start,
+                                  int32_t n, int32_t n_logits)
+{
+    int32_t bs = e->p.block_size;
+    int32_t len = start + n;
+    int32_t nb = (len + bs - 1) / bs;
+    if (nb > e->n_blocks || nb > e->max_blocks_per_seq)
+        return tern_error(TERN_E_CAPACITY, "sequence of %d tokens does not fit the KV cache "
+                          "(%d blocks of %d tokens, context %d)", len, e->n_blocks, bs,
+                          e->max_context);
+    for (int32_t i = 0; i < n; i++) {
+        e->hb.ids[i] = ids[i];
+        e->hb.pos[i] = start + i;
+        e->hb.slots[i] = start + i; /* block j is physical block j */
+    }
+    for (int32_t j = 0; j < nb; j++) e->hb.btable[j] = j;
+    e->hb.qstart[0] = 0;
+    e->hb.qstart[1] = n;
+    e->hb.seqlen[0] = len;
+    for (int32_t i = 0; i < n_logits; i++) e->hb.lidx[i] = n - n_logits + i;
+    struct tern_batch b = {n, 1, nb, n_logits, e->hb.ids, e->hb.pos, e->hb.qstart,
+                           e->hb.seqlen, e->hb.btable, e->hb.slots, e->hb.lidx};
+    return tern_model_forward(&e->model->core, &e->fwd, &e->kv, &b);
+}
+
+static enum tern_status check_ids(struct tern_engine *e, const int32_t *ids, int32_t n)
+{
+    if (!ids || n < 1) return tern_error(TERN_E_INVALID_ARG, "token ids: empty sequence");
+    int32_t V = e->model->core.hp.vocab_size;
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= V)
+            return tern_error(TERN_E_INVALID_ARG, "token ids: id %d at index %d is outside the "
+                              "vocabulary [0, %d)", ids[i], i, V);
+    if (n > e->max_context)
+        return tern_error(TERN_E_CAPACITY, "token ids: %d tokens exceed the context length %d", n,
+                          e->max_context);
+    return TERN_OK;
+}
+
+enum tern_status tern_logits(struct tern_engine *e, const int32_t *ids, int32_t n, float *out)
+{
+    if (!e || !out) return tern_error(TERN_E_INVALID_ARG, "tern_logits: NULL argument");
+    TERN_TRY(check_ids(e, ids, n));
+    struct tern_model_core *m = &e->model->core;
+    int32_t V = m->hp.vocab_size;
+    int32_t chunk = e->max_logits < e->p.max_batch_tokens ? e->max_logits : e->p.max_batch_tokens;
+    for (int32_t s = 0; s < n; s += chunk) {
+        int32_t c = n - s < chunk ? n - s : chunk;
+        TERN_TRY(solo_step(e, ids + s, s, c, c));
+        struct tern_dtensor rows = tern_dtensor_rows(&e->fwd.logits, 0, c);
+        TERN_TRY(m->be->ops->download(m->be, out + (size_t)s * V, &rows,
+                                      (size_t)c * (size_t)V * sizeof(float)));
+    }
+    return TERN_OK;
+}
+
+static bool is_eos(const struct tern_hparams *hp, int32_t id)
+{
+    for (int i = 0; i < hp->n_eos; i++)
+        if (hp->eos_token_ids[i] == id) return true;
+    return false;
+}
+
+enum tern_status tern_generate_greedy(struct tern_engine *e, const int32_t *ids, int32_t n_ids,
+                                      int32_t max_tokens, bool stop_at_eos, int32_t *out_ids,
+                                      int32_t *n_out)
+{
+    if (!e || !out_ids || !n_out) return tern_error(TERN_E_INVALID_ARG, "generate: NULL argument");
+    *n_out = 0;
+    TERN_TRY(check_ids(e, ids, n_ids));
+    if (max_tokens < 0) return tern_error(TERN_E_INVALID_ARG, "max_tokens must be >= 0");
+    if ((int64_t)n_ids + max_tokens > e->max_context)
+        return tern_error(TERN_E_CAPACITY, "prompt (%d tokens) + max_tokens (%d) exceeds the "
+                          "context length %d", n_ids, max_tokens, e->max_context);
+    struct tern_model_core *m = &e->model->core;
+    const struct tern_backend_ops *ops = m->be->ops;
+    int32_t chunk = e->p.max_batch_tokens;
+    int32_t next = -1;
+    for (int32_t s = 0; s < n_ids && max_tokens > 0; s += chunk) {
+        int32_t c = n_ids - s < chunk ? n_ids - s : chunk;
+        bool last = s + c == n_ids;
+        TERN_TRY(solo_step(e, ids + s, s, c, last ? 1 : 0));
+    }
+    int32_t len = n_ids;
+    for (int32_t i = 0; i < max_tokens; i++) {
+        if (i > 0) TERN_TRY(solo_step(e, &next, len - 1, 1, 1));
+        struct tern_dtensor lg = tern_dtensor_rows(&e->fwd.logits, 0, 1);
+        struct tern_dtensor oid = tern_dtensor_rows(&e->fwd.ids_out, 0, 1);
+        TERN_TRY(ops->argmax(m->be, &lg, &oid));
+        TERN_TRY(ops->download(m->be, &next, &oid, sizeof next));
+        out_ids[(*n_out)++] = next;
+        len++;
+        if (stop_at_eos && is_eos(&m->hp, next)) break;
+    }
+    return TERN_OK;
+}

@@ -1,0 +1,329 @@
+/*
+ * forward.c — the llama-family decoder over a ragged batch, written once
+ * against the backend op interface.
+ *
+ *   x = embed(ids)                                   residual = x
+ *   for each layer:
+ *     h    = rmsnorm(residual)           (fused with the residual add after layer 0)
+ *     qkv  = h [q_proj | k_proj | v_proj]            one [T, (H + 2 KV) hd] buffer
+ *     q, k = q_norm/k_norm (Qwen3), then RoPE at the batch positions
+ *     cache[slot_mapping] = k, v
+ *     attn = attention(q, paged cache)               causal, GQA, sliding window
+ *     residual += attn o_proj;  h = rmsnorm(residual)
+ *     residual += down(silu(h gate) * (h up))
+ *   logits = lm_head(rmsnorm(residual[logits_idx]))
+ */
+#include "model/model.h"
+
+#include <math.h>
+#include <string.h>
+
+static int64_t qkv_width(const struct tern_hparams *hp)
+{
+    return (int64_t)(hp->num_attention_heads + 2 * hp->num_key_value_heads) * hp->head_dim;
+}
+
+static enum tern_status alloc2(struct tern_backend *be, enum tern_dtype dt, int64_t rows,
+                               int64_t cols, struct tern_dtensor *t)
+{
+    int64_t shape[2] = {rows, cols};
+    return tern_dtensor_alloc(be, dt, 2, shape, t);
+}
+
+/* Batch arrays live in one I32 buffer, in this order. */
+enum { META_IDS, META_POS, META_QSTART, META_SEQLEN, META_BTABLE, META_SLOTS, META_LOGITS, META_N };
+
+static void meta_sizes(const struct tern_fwd *f, int64_t *n)
+{
+    n[META_IDS] = f->max_tokens;
+    n[META_POS] = f->max_tokens;
+    n[META_QSTART] = f->max_seqs + 1;
+    n[META_SEQLEN] = f->max_seqs;
+    n[META_BTABLE] = (int64_t)f->max_seqs * f->max_blocks_per_seq;
+    n[META_SLOTS] = f->max_tokens;
+    n[META_LOGITS] = f->max_logits;
+}
+
+static struct tern_dtensor meta_view(const struct tern_fwd *f, int which, int64_t len)
+{
+    int64_t n[META_N];
+    meta_sizes(f, n);
+    struct tern_dtensor v = f->meta;
+    for (int i = 0; i < which; i++) v.offset += (size_t)n[i] * 4;
+    v.n_dims = 1;
+    v.shape[0] = len;
+    return v;
+}
+
+enum tern_status tern_fwd_init(struct tern_model_core *m, int32_t max_tokens, int32_t max_seqs,
+                               int32_t max_blocks_per_seq, int32_t max_logits, int32_t block_size,
+                               struct tern_fwd *f)
+{
+    memset(f, 0, sizeof *f);
+    struct tern_backend *be = m->be;
+    const struct tern_hparams *hp = &m->hp;
+    enum tern_dtype dt = be->act_dtype;
+    f->max_tokens = max_tokens;
+    f->max_seqs = max_seqs;
+    f->max_blocks_per_seq = max_blocks_per_seq;
+    f->max_logits = max_logits;
+    f->batch.block_size = block_size;
+    int64_t E = hp->hidden_size, F = hp->intermediate_size;
+    int64_t n[META_N], total = 0;
+    meta_sizes(f, n);
+    for (int i = 0; i < META_N; i++) total += n[i];
+    enum tern_status st;
+    if ((st = alloc2(be, dt, max_tokens, E, &f->residual)) ||
+        (st = alloc2(be, dt, max_tokens, E, &f->h)) ||
+        (st = alloc2(be, dt, max_tokens, qkv_width(hp), &f->qkv)) ||
+        (st = alloc2(be, dt, max_tokens, (int64_t)hp->num_attention_heads * hp->head_dim,
+                     &f->attn)) ||
+        (st = alloc2(be, dt, max_tokens, E, &f->proj)) ||
+        (st = alloc2(be, dt, max_tokens, 2 * F, &f->gate_up)) ||
+        (st = alloc2(be, dt, max_tokens, F, &f->act)) ||
+        (st = alloc2(be, dt, max_logits, E, &f->hl)) ||
+        (st = alloc2(be, TERN_DTYPE_F32, max_logits, hp->vocab_size, &f->logits)) ||
+        (st = tern_dtensor_alloc(be, TERN_DTYPE_I32, 1, (int64_t[]){max_logits}, &f->ids_out)) ||
+        (st = tern_dtensor_alloc(be, TERN_DTYPE_I32, 1, &total, &f->meta))) {
+        tern_fwd_deinit(m, f);
+        return st;
+    }
+    return TERN_OK;
+}
+
+void tern_fwd_deinit(struct tern_model_core *m, struct tern_fwd *f)
+{
+    struct tern_dtensor *all[] = {&f->residual, &f->h,    &f->qkv,    &f->attn,    &f->proj,
+                                  &f->gate_up,  &f->act,  &f->hl,     &f->logits,  &f->ids_out,
+                                  &f->meta};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tern_dtensor_free(m->be, all[i]);
+}
+
+size_t tern_kv_block_bytes(const struct tern_model_core *m, int32_t block_size)
+{
+    const struct tern_hparams *hp = &m->hp;
+    return (size_t)2 * (size_t)hp->num_hidden_layers * (size_t)block_size *
+           (size_t)hp->num_key_value_heads * (size_t)hp->head_dim *
+           tern_dtype_size(m->be->kv_dtype);
+}
+
+enum tern_status tern_kv_cache_init(struct tern_model_core *m, int32_t n_blocks,
+                                    int32_t block_size, struct tern_kv_cache *kv)
+{
+    memset(kv, 0, sizeof *kv);
+    const struct tern_hparams *hp = &m->hp;
+    kv->n_blocks = n_blocks;
+    kv->block_size = block_size;
+    kv->layers = tern_calloc((size_t)hp->num_hidden_layers, sizeof *kv->layers);
+    if (!kv->layers) return TERN_E_NO_MEMORY;
+    int64_t shape[4] = {n_blocks, block_size, hp->num_key_value_heads, hp->head_dim};
+    for (int l = 0; l < hp->num_hidden_layers; l++) {
+        enum tern_status st = tern_dtensor_alloc(m->be, m->be->kv_dtype, 4, shape, &kv->layers[l].k);
+        if (st == TERN_OK)
+            st = tern_dtensor_alloc(m->be, m->be->kv_dtype, 4, shape, &kv->layers[l].v);
+        if (st != TERN_OK) {
+            tern_kv_cache_deinit(m, kv);
+            return tern_error_prefix(st, "KV cache of %d blocks", n_blocks);
+        }
+    }
+    return TERN_OK;
+}
+
+void tern_kv_cache_deinit(struct tern_model_core *m, struct tern_kv_cache *kv)
+{
+    if (!kv->layers) return;
+    for (int l = 0; l < m->hp.num_hidden_layers; l++) {
+        tern_dtensor_free(m->be, &kv->layers[l].k);
+        tern_dtensor_free(m->be, &kv->layers[l].v);
+    }
+    tern_free(kv->layers);
+    kv->layers = NULL;
+}
+
+/* Checks the batch against the scratch sizes and uploads its arrays. */
+static enum tern_status upload_batch(struct tern_model_core *m, struct tern_fwd *f,
+                                     const struct tern_batch *b)
+{
+    struct tern_backend *be = m->be;
+    if (b->n_tokens < 1 || b->n_tokens > f->max_tokens || b->n_seqs < 1 ||
+        b->n_seqs > f->max_seqs || b->n_logits > f->max_logits ||
+        b->max_blocks_per_seq > f->max_blocks_per_seq)
+        return tern_error(TERN_E_INVALID_ARG,
+                          "batch of %d tokens / %d seqs / %d logits exceeds the forward's "
+                          "capacity (%d / %d / %d)",
+                          b->n_tokens, b->n_seqs, b->n_logits, f->max_tokens, f->max_seqs,
+                          f->max_logits);
+    if (b->query_start[0] != 0 || b->query_start[b->n_seqs] != b->n_tokens)
+        return tern_error(TERN_E_INVALID_ARG, "batch query_start does not cover the tokens");
+    struct tern_batch_dev *d = &f->batch;
+    d->host = b;
+    d->max_q_len = 0;
+    d->max_seq_len = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        int32_t q = b->query_start[s + 1] - b->query_start[s];
+        if (q < 0 || q > b->seq_lens[s])
+            return tern_error(TERN_E_INVALID_ARG, "batch sequence %d has %d queries but length %d",
+                              s, q, b->seq_lens[s]);
+        if ((b->seq_lens[s] + d->block_size - 1) / d->block_size > b->max_blocks_per_seq)
+            return tern_error(TERN_E_INVALID_ARG, "batch sequence %d: block table too short", s);
+        if (q > d->max_q_len) d->max_q_len = q;
+        if (b->seq_lens[s] > d->max_seq_len) d->max_seq_len = b->seq_lens[s];
+    }
+    const struct {
+        int which;
+        const int32_t *src;
+        int64_t n;
+    } arrays[] = {
+        {META_IDS, b->token_ids, b->n_tokens},
+        {META_POS, b->positions, b->n_tokens},
+        {META_QSTART, b->query_start, b->n_seqs + 1},
+        {META_SEQLEN, b->seq_lens, b->n_seqs},
+        {META_BTABLE, b->block_tables, (int64_t)b->n_seqs * b->max_blocks_per_seq},
+        {META_SLOTS, b->slot_mapping, b->n_tokens},
+        {META_LOGITS, b->logits_idx, b->n_logits},
+    };
+    struct tern_dtensor *views[] = {&d->token_ids,    &d->positions,    &d->query_start,
+                                    &d->seq_lens,     &d->block_tables, &d->slot_mapping,
+                                    &d->logits_idx};
+    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) {
+        *views[i] = meta_view(f, arrays[i].which, arrays[i].n);
+        if (arrays[i].n)
+            TERN_TRY(be->ops->upload(be, views[i], arrays[i].src, (size_t)arrays[i].n * 4));
+    }
+    return TERN_OK;
+}
+
+/* A view of the first `rows` rows of a scratch tensor. */
+static struct tern_dtensor rows_of(const struct tern_dtensor *t, int64_t rows)
+{
+    return tern_dtensor_rows(t, 0, rows);
+}
+
+static enum tern_status attention_block(struct tern_model_core *m, struct tern_fwd *f,
+                                        const struct tern_layer *ly, struct tern_kv_layer *kvl,
+                                        int64_t T)
+{
+    const struct tern_backend_ops *ops = m->be->ops;
+    struct tern_backend *be = m->be;
+    const struct tern_hparams *hp = &m->hp;
+    int64_t qd = (int64_t)hp->num_attention_heads * hp->head_dim;
+    int64_t kvd = (int64_t)hp->num_key_value_heads * hp->head_dim;
+    struct tern_dtensor h = rows_of(&f->h, T), qkv = rows_of(&f->qkv, T);
+    struct tern_dtensor attn = rows_of(&f->attn, T), proj = rows_of(&f->proj, T);
+    TERN_TRY(ops->matmul(be, &h, &ly->q_proj, &qkv, 0));
+    TERN_TRY(ops->matmul(be, &h, &ly->k_proj, &qkv, qd));
+    TERN_TRY(ops->matmul(be, &h, &ly->v_proj, &qkv, qd + kvd));
+    if (m->arch->qk_norm) {
+        TERN_TRY(ops->head_rmsnorm(be, &qkv, 0, hp->num_attention_heads, hp->head_dim, &ly->q_norm,
+                                   hp->rms_norm_eps));
+        TERN_TRY(ops->head_rmsnorm(be, &qkv, qd, hp->num_key_value_heads, hp->head_dim,
+                                   &ly->k_norm, hp->rms_norm_eps));
+    }
+    TERN_TRY(ops->rope(be, &qkv, 0, hp->num_attention_heads, &f->batch.positions, &m->rope));
+    TERN_TRY(ops->rope(be, &qkv, qd, hp->num_key_value_heads, &f->batch.positions, &m->rope));
+    TERN_TRY(ops->kv_store(be, &qkv, qd, qd + kvd, &f->batch, kvl));
+    TERN_TRY(ops->attention(be, &qkv, kvl, &f->batch, &m->attn, &attn));
+    return ops->matmul(be, &attn, &ly->o_proj, &proj, 0);
+}
+
+static enum tern_status mlp_block(struct tern_model_core *m, struct tern_fwd *f,
+                                  const struct tern_layer *ly, int64_t T)
+{
+    const struct tern_backend_ops *ops = m->be->ops;
+    struct tern_backend *be = m->be;
+    struct tern_dtensor h = rows_of(&f->h, T), gu = rows_of(&f->gate_up, T);
+    struct tern_dtensor act = rows_of(&f->act, T), proj = rows_of(&f->proj, T);
+    TERN_TRY(ops->matmul(be, &h, &ly->gate_proj, &gu, 0));
+    TERN_TRY(ops->matmul(be, &h, &ly->up_proj, &gu, m->hp.intermediate_size));
+    TERN_TRY(ops->silu_mul(be, &gu, &act));
+    return ops->matmul(be, &act, &ly->down_proj, &proj, 0);
+}
+
+enum tern_status tern_model_forward(struct tern_model_core *m, struct tern_fwd *f,
+                                    struct tern_kv_cache *kv, const struct tern_batch *batch)
+{
+    const struct tern_backend_ops *ops = m->be->ops;
+    struct tern_backend *be = m->be;
+    const struct tern_hparams *hp = &m->hp;
+    float eps = hp->rms_norm_eps;
+    TERN_TRY(upload_batch(m, f, batch));
+    int64_t T = batch->n_tokens;
+    struct tern_dtensor res = rows_of(&f->residual, T), h = rows_of(&f->h, T);
+    struct tern_dtensor proj = rows_of(&f->proj, T);
+    TERN_TRY(ops->get_rows(be, &m->w.embed_tokens, &f->batch.token_ids, &res));
+    for (int l = 0; l < hp->num_hidden_layers; l++) {
+        const struct tern_layer *ly = &m->w.layers[l];
+        if (l == 0) TERN_TRY(ops->rmsnorm(be, &res, &ly->input_layernorm, eps, &h));
+        else TERN_TRY(ops->add_rmsnorm(be, &res, &proj, &ly->input_layernorm, eps, &h));
+        TERN_TRY(attention_block(m, f, ly, &kv->layers[l], T));
+        TERN_TRY(ops->add_rmsnorm(be, &res, &proj, &ly->post_attention_layernorm, eps, &h));
+        TERN_TRY(mlp_block(m, f, ly, T));
+    }
+    TERN_TRY(ops->add(be, &res, &proj, &res));
+    if (batch->n_logits == 0) return TERN_OK;
+    struct tern_linear hidden = {0};
+    hidden.weight = res;
+    hidden.in_features = hp->hidden_size;
+    hidden.out_features = T;
+    struct tern_dtensor hl = rows_of(&f->hl, batch->n_logits);
+    struct tern_dtensor logits = rows_of(&f->logits, batch->n_logits);
+    TERN_TRY(ops->get_rows(be, &hidden, &f->batch.logits_idx, &hl));
+    TERN_TRY(ops->rmsnorm(be, &hl, &m->w.norm, eps, &hl));
+    return ops->matmul(be, &hl, &m->w.lm_head, &logits, 0);
+}
+
+enum tern_status tern_model_core_load(struct tern_snapshot *snap, const struct tern_json_doc *cfg,
+                                      const struct tern_backend_params *bp, bool progress,
+                                      struct tern_model_core *m)
+{
+    memset(m, 0, sizeof *m);
+    const json_t *archs = json_object_get(cfg->root, "architectures");
+    const json_t *a0 = json_is_array(archs) ? json_array_get(archs, 0) : NULL;
+    if (!json_is_string(a0))
+        return tern_error(TERN_E_FORMAT, "%s: key 'architectures' must be a non-empty list of "
+                          "strings", cfg->path);
+    const char *name = json_string_value(a0);
+    m->arch = tern_arch_find(name);
+    if (!m->arch)
+        return tern_error(TERN_E_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: %s)",
+                          cfg->path, name, tern_arch_supported());
+    TERN_TRY(tern_hparams_read(cfg, m->arch, &m->hp));
+    const struct tern_hparams *hp = &m->hp;
+    enum tern_status st = tern_backend_create(bp, &m->be);
+    if (st != TERN_OK) return st;
+    st = tern_weights_load(m->be, snap, cfg, m->arch, hp, progress, &m->w);
+    if (st != TERN_OK) goto fail;
+    int32_t rot = (int32_t)(hp->head_dim * hp->partial_rotary_factor);
+    float inv[2048];
+    if (rot / 2 > 2048) {
+        st = tern_error(TERN_E_UNSUPPORTED, "head_dim %d too large", hp->head_dim);
+        goto fail;
+    }
+    m->rope.head_dim = hp->head_dim;
+    m->rope.rotary_dim = rot;
+    m->rope.interleaved = false;
+    tern_rope_inv_freq(hp, rot, inv, &m->rope.mscale);
+    st = tern_dtensor_alloc(m->be, TERN_DTYPE_F32, 1, (int64_t[]){rot / 2}, &m->rope.inv_freq);
+    if (st == TERN_OK)
+        st = m->be->ops->upload(m->be, &m->rope.inv_freq, inv, (size_t)(rot / 2) * sizeof(float));
+    if (st != TERN_OK) goto fail;
+    m->attn.n_heads = hp->num_attention_heads;
+    m->attn.n_kv_heads = hp->num_key_value_heads;
+    m->attn.head_dim = hp->head_dim;
+    m->attn.scale = 1.0f / sqrtf((float)hp->head_dim);
+    m->attn.sliding_window = hp->sliding_window;
+    m->attn.softcap = 0;
+    return TERN_OK;
+fail:
+    tern_model_core_free(m);
+    return st;
+}
+
+void tern_model_core_free(struct tern_model_core *m)
+{
+    if (!m->be) return;
+    tern_dtensor_free(m->be, &m->rope.inv_freq);
+    tern_weights_free(m->be, &m->w);
+    tern_backend_destroy(m->be);
+    m->be = NULL;
+}

@@ -1,0 +1,249 @@
+/*
+ * load.c — binding a snapshot's tensors to the decoder's weights.
+ *
+ * Every tensor the architecture needs is checked for presence, dtype and
+ * shape against the config before anything runs; the error names the tensor,
+ * what the config expects, and what the file holds. Dense weights may be
+ * F32/F16/BF16; MLX affine quantized linears (weight U32 + scales + biases)
+ * are recognised by their `.scales` tensor and checked against the
+ * `quantization` block of config.json and its per-module overrides.
+ * Backend buffers are made per tensor (the CPU backend uses the mmapped bytes
+ * in place; CUDA copies them to the device).
+ */
+#include "model/model.h"
+
+#include <stdio.h>
+#include <string.h>
+
+struct loader {
+    struct tern_backend *be;
+    struct tern_snapshot *snap;
+    const struct tern_json_doc *cfg;
+    struct tern_weights *w;
+    const json_t *quant; /* config "quantization" object or NULL */
+    bool progress;
+    size_t n_done, n_total;
+    uint64_t t0;
+};
+
+static enum tern_status track_buf(struct tern_weights *w, struct tern_buf *b)
+{
+    void *arr = w->bufs;
+    TERN_TRY(tern_grow(&arr, &w->cap_bufs, w->n_bufs + 1, sizeof *w->bufs));
+    w->bufs = arr;
+    w->bufs[w->n_bufs++] = b;
+    return TERN_OK;
+}
+
+static void show_progress(struct loader *L)
+{
+    L->n_done++;
+    if (!L->progress) return;
+    if (L->n_done == L->n_total || L->n_done % 16 == 0) {
+        double secs = (double)(tern_now_ns() - L->t0) / 1e9;
+        fprintf(stderr, "\rloading weights: %zu/%zu tensors, %.2f GB, %.1f s", L->n_done,
+                L->n_total, (double)L->w->n_bytes / 1e9, secs);
+        if (L->n_done == L->n_total) fputc('\n', stderr);
+    }
+}
+
+static const char *shape_s(const int64_t *shape, int n, char *buf)
+{
+    return tern_shape_str(shape, n, buf, 96);
+}
+
+/* Fetches `name` and checks its shape; `dtypes` is a mask of allowed dtypes. */
+static enum tern_status bind(struct loader *L, const char *name, int n_dims, const int64_t *shape,
+                             unsigned dtypes, struct tern_dtensor *out)
+{
+    struct tern_tensor_view v;
+    TERN_TRY(tern_snapshot_get(L->snap, name, &v));
+    char a[96], b[96];
+    if (!(dtypes & (1u << v.dtype)))
+        return tern_error(TERN_E_FORMAT, "%s: tensor '%s' has dtype %s, which this layer cannot use",
+                          tern_snapshot_dir(L->snap), name, tern_dtype_name(v.dtype));
+    bool same = v.n_dims == n_dims;
+    for (int i = 0; same && i < n_dims; i++) same = v.shape[i] == shape[i];
+    if (!same)
+        return tern_error(TERN_E_FORMAT, "%s: tensor '%s' has shape %s, config expects %s",
+                          tern_snapshot_dir(L->snap), name, shape_s(v.shape, v.n_dims, a),
+                          shape_s(shape, n_dims, b));
+    memset(out, 0, sizeof *out);
+    out->dtype = v.dtype;
+    out->n_dims = n_dims;
+    memcpy(out->shape, shape, sizeof(int64_t) * (size_t)n_dims);
+    TERN_TRY(L->be->ops->buf_from_host(L->be, v.data, v.n_bytes, &out->buf));
+    TERN_TRY(track_buf(L->w, out->buf));
+    L->w->n_bytes += (int64_t)v.n_bytes;
+    show_progress(L);
+    return TERN_OK;
+}
+
+#define FLOATS ((1u << TERN_DTYPE_F32) | (1u << TERN_DTYPE_F16) | (1u << TERN_DTYPE_BF16))
+#define HALVES ((1u << TERN_DTYPE_F16) | (1u << TERN_DTYPE_BF16))
+
+static enum tern_status bind_vec(struct loader *L, const char *name, int64_t n,
+                                 struct tern_dtensor *out)
+{
+    TERN_TRY(bind(L, name, 1, &n, FLOATS, out));
+    L->w->n_params += n;
+    return TERN_OK;
+}
+
+/* The quantization settings for module `module` (e.g. "model.layers.0.mlp.up_proj"). */
+static enum tern_status quant_for(struct loader *L, const char *module, struct tern_quant_cfg *q)
+{
+    q->bits = 0;
+    q->group_size = 0;
+    if (!L->quant) return TERN_OK;
+    const json_t *o = json_object_get(L->quant, module);
+    if (json_is_false(o)) return TERN_OK;
+    const json_t *src = json_is_object(o) ? o : L->quant;
+    const json_t *bits = json_object_get(src, "bits"), *gs = json_object_get(src, "group_size");
+    if (!json_is_integer(bits) || !json_is_integer(gs))
+        return tern_error(TERN_E_FORMAT, "%s: quantization%s%s needs integer bits and group_size",
+                          L->cfg->path, src == L->quant ? "" : ".", src == L->quant ? "" : module);
+    q->bits = (int32_t)json_integer_value(bits);
+    q->group_size = (int32_t)json_integer_value(gs);
+    if (q->bits != 2 && q->bits != 3 && q->bits != 4 && q->bits != 5 && q->bits != 6 &&
+        q->bits != 8)
+        return tern_error(TERN_E_UNSUPPORTED, "%s: quantization of '%s': %d bits (2-6, 8 supported)",
+                          L->cfg->path, module, q->bits);
+    if (q->group_size != 32 && q->group_size != 64 && q->group_size != 128)
+        return tern_error(TERN_E_UNSUPPORTED,
+                          "%s: quantization of '%s': group_size %d (32, 64, 128 supported)",
+                          L->cfg->path, module, q->group_size);
+    return TERN_OK;
+}
+
+/* Binds a linear `module` of shape [out, in], dense or quantized. */
+static enum tern_status bind_linear(struct loader *L, const char *module, int64_t out, int64_t in,
+                                    bool has_bias, struct tern_linear *lin)
+{
+    char name[256];
+    memset(lin, 0, sizeof *lin);
+    lin->in_features = in;
+    lin->out_features = out;
+    snprintf(name, sizeof name, "%s.scales", module);
+    bool quantized = tern_snapshot_has(L->snap, name);
+    snprintf(name, sizeof name, "%s.weight", module);
+    if (!quantized) {
+        int64_t shape[2] = {out, in};
+        TERN_TRY(bind(L, name, 2, shape, FLOATS, &lin->weight));
+        L->w->n_params += out * in;
+    } else {
+        struct tern_quant_cfg q;
+        TERN_TRY(quant_for(L, module, &q));
+        if (!q.bits)
+            return tern_error(TERN_E_FORMAT,
+                              "%s: '%s' is quantized (has .scales) but config.json has no "
+                              "quantization for it",
+                              tern_snapshot_dir(L->snap), module);
+        if (in % q.group_size || (in * q.bits) % 32)
+            return tern_error(TERN_E_FORMAT, "%s: '%s' input size %lld is not a multiple of "
+                              "group_size %d / packing", tern_snapshot_dir(L->snap), module,
+                              (long long)in, q.group_size);
+        int64_t wshape[2] = {out, in * q.bits / 32}, sshape[2] = {out, in / q.group_size};
+        TERN_TRY(bind(L, name, 2, wshape, 1u << TERN_DTYPE_U32, &lin->weight));
+        snprintf(name, sizeof name, "%s.scales", module);
+        TERN_TRY(bind(L, name, 2, sshape, HALVES, &lin->scales));
+        snprintf(name, sizeof name, "%s.biases", module);
+        TERN_TRY(bind(L, name, 2, sshape, HALVES, &lin->biases));
+        lin->bits = q.bits;
+        lin->group_size = q.group_size;
+        L->w->quant_bits = q.bits;
+        L->w->n_params += out * in;
+    }
+    if (has_bias) {
+        snprintf(name, sizeof name, "%s.bias", module);
+        TERN_TRY(bind_vec(L, name, out, &lin->bias));
+    }
+    return TERN_OK;
+}
+
+static enum tern_status bind_layer(struct loader *L, const struct tern_arch *arch,
+                                   const struct tern_hparams *hp, int i, struct tern_layer *ly)
+{
+    char p[128], n[192];
+    int64_t E = hp->hidden_size, F = hp->intermediate_size, hd = hp->head_dim;
+    int64_t qd = hd * hp->num_attention_heads, kvd = hd * hp->num_key_value_heads;
+    snprintf(p, sizeof p, "model.layers.%d", i);
+#define NAME(suffix) (snprintf(n, sizeof n, "%s.%s", p, suffix), n)
+    TERN_TRY(bind_vec(L, NAME("input_layernorm.weight"), E, &ly->input_layernorm));
+    TERN_TRY(bind_vec(L, NAME("post_attention_layernorm.weight"), E, &ly->post_attention_layernorm));
+    TERN_TRY(bind_linear(L, NAME("self_attn.q_proj"), qd, E, hp->attention_bias, &ly->q_proj));
+    TERN_TRY(bind_linear(L, NAME("self_attn.k_proj"), kvd, E, hp->attention_bias, &ly->k_proj));
+    TERN_TRY(bind_linear(L, NAME("self_attn.v_proj"), kvd, E, hp->attention_bias, &ly->v_proj));
+    TERN_TRY(bind_linear(L, NAME("self_attn.o_proj"), E, qd, hp->o_bias, &ly->o_proj));
+    if (arch->qk_norm) {
+        TERN_TRY(bind_vec(L, NAME("self_attn.q_norm.weight"), hd, &ly->q_norm));
+        TERN_TRY(bind_vec(L, NAME("self_attn.k_norm.weight"), hd, &ly->k_norm));
+    }
+    TERN_TRY(bind_linear(L, NAME("mlp.gate_proj"), F, E, hp->mlp_bias, &ly->gate_proj));
+    TERN_TRY(bind_linear(L, NAME("mlp.up_proj"), F, E, hp->mlp_bias, &ly->up_proj));
+    TERN_TRY(bind_linear(L, NAME("mlp.down_proj"), E, F, hp->mlp_bias, &ly->down_proj));
+#undef NAME
+    return TERN_OK;
+}
+
+static void report_unused(struct loader *L)
+{
+    size_t n = 0;
+    const char **names = tern_snapshot_unused(L->snap, &n);
+    L->w->n_unused = (int32_t)n;
+    for (size_t i = 0; i < n && names; i++)
+        tern_log(TERN_LOG_INFO, "%s: tensor '%s' is not used by the architecture",
+                 tern_snapshot_dir(L->snap), names[i]);
+    if (n)
+        tern_log(TERN_LOG_INFO, "%s: %zu unused tensor(s)", tern_snapshot_dir(L->snap), n);
+    tern_free(names);
+}
+
+enum tern_status tern_weights_load(struct tern_backend *be, struct tern_snapshot *snap,
+                                   const struct tern_json_doc *cfg, const struct tern_arch *arch,
+                                   const struct tern_hparams *hp, bool progress,
+                                   struct tern_weights *w)
+{
+    memset(w, 0, sizeof *w);
+    struct loader L = {be, snap, cfg, w, NULL, progress, 0, tern_snapshot_n_tensors(snap),
+                       tern_now_ns()};
+    L.quant = json_object_get(cfg->root, "quantization");
+    if (!json_is_object(L.quant)) L.quant = json_object_get(cfg->root, "quantization_config");
+    if (!json_is_object(L.quant)) L.quant = NULL;
+    if (L.quant) {
+        const json_t *mode = json_object_get(L.quant, "mode");
+        if (mode && (!json_is_string(mode) || strcmp(json_string_value(mode), "affine")))
+            return tern_error(TERN_E_UNSUPPORTED, "%s: quantization.mode must be \"affine\"",
+                              cfg->path);
+    }
+    enum tern_status st;
+    w->layers = tern_calloc((size_t)hp->num_hidden_layers, sizeof *w->layers);
+    if (!w->layers) return TERN_E_NO_MEMORY;
+    int64_t V = hp->vocab_size, E = hp->hidden_size;
+    st = bind_linear(&L, "model.embed_tokens", V, E, false, &w->embed_tokens);
+    for (int i = 0; st == TERN_OK && i < hp->num_hidden_layers; i++)
+        st = bind_layer(&L, arch, hp, i, &w->layers[i]);
+    if (st == TERN_OK) st = bind_vec(&L, "model.norm.weight", E, &w->norm);
+    if (st == TERN_OK) {
+        if (hp->tie_word_embeddings && !tern_snapshot_has(snap, "lm_head.weight"))
+            w->lm_head = w->embed_tokens;
+        else
+            st = bind_linear(&L, "lm_head", V, E, false, &w->lm_head);
+    }
+    if (st != TERN_OK) {
+        if (progress) fputc('\n', stderr);
+        return st;
+    }
+    w->dtype = w->layers[0].input_layernorm.dtype;
+    if (!w->quant_bits) w->dtype = w->embed_tokens.weight.dtype;
+    report_unused(&L);
+    return TERN_OK;
+}
+
+void tern_weights_free(struct tern_backend *be, struct tern_weights *w)
+{
+    for (size_t i = 0; i < w->n_bufs; i++) be->ops->buf_free(be, w->bufs[i]);
+    tern_free(w->bufs);
+    tern_free(w->layers);
+    memset(w, 0, sizeof *w);
+}
