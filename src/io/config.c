@@ -37,14 +37,22 @@ const char *tern_json_type_name(const json_t *v)
 {
     if (!v) return "nothing";
     switch (json_typeof(v)) {
-    case JSON_OBJECT: return "object";
-    case JSON_ARRAY: return "array";
-    case JSON_STRING: return "string";
-    case JSON_INTEGER: return "integer";
-    case JSON_REAL: return "real";
-    case JSON_TRUE: return "true";
-    case JSON_FALSE: return "false";
-    case JSON_NULL: return "null";
+    case JSON_OBJECT:
+        return "object";
+    case JSON_ARRAY:
+        return "array";
+    case JSON_STRING:
+        return "string";
+    case JSON_INTEGER:
+        return "integer";
+    case JSON_REAL:
+        return "real";
+    case JSON_TRUE:
+        return "true";
+    case JSON_FALSE:
+        return "false";
+    case JSON_NULL:
+        return "null";
     }
     return "unknown";
 }
@@ -59,8 +67,7 @@ static const char *describe(const json_t *v, char *buf, size_t cap)
         snprintf(buf, cap, "%.15g", json_real_value(v));
         if (strtod(buf, NULL) != json_real_value(v))
             snprintf(buf, cap, "%.17g", json_real_value(v));
-    }
-    else
+    } else
         snprintf(buf, cap, "%s", tern_json_type_name(v));
     return buf;
 }
@@ -77,9 +84,9 @@ enum tern_status tern_json_doc_parse(const char *text, size_t len, const char *w
         return tern_io_error(TERN_E_FORMAT, "%s: invalid JSON at line %d column %d: %s", what,
                              err.line, err.column, err.text);
     if (!json_is_object(root)) {
-        enum tern_status st = tern_io_error(
-            TERN_E_FORMAT, "%s: top level must be a JSON object, got %s", what,
-            tern_json_type_name(root));
+        enum tern_status st =
+            tern_io_error(TERN_E_FORMAT, "%s: top level must be a JSON object, got %s", what,
+                          tern_json_type_name(root));
         json_decref(root);
         return st;
     }
@@ -165,8 +172,8 @@ static enum tern_status as_float(const struct tern_json_doc *d, const char *full
     return TERN_OK;
 }
 
-static enum tern_status as_string(const struct tern_json_doc *d, const char *full,
-                                  const json_t *v, const char **out)
+static enum tern_status as_string(const struct tern_json_doc *d, const char *full, const json_t *v,
+                                  const char **out)
 {
     if (!json_is_string(v)) return mistyped(d, full, "a string", v);
     *out = json_string_value(v);

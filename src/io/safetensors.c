@@ -52,8 +52,8 @@ static enum tern_status parse_dtype(const char *what, const char *name, const js
                              what, name, tern_json_type_name(v));
     *dt_str = json_string_value(v);
     if (!tern_dtype_from_safetensors(*dt_str, &out->dtype))
-        return tern_io_error(TERN_E_UNSUPPORTED, "%s: tensor '%s' has unsupported dtype '%s'",
-                             what, name, *dt_str);
+        return tern_io_error(TERN_E_UNSUPPORTED, "%s: tensor '%s' has unsupported dtype '%s'", what,
+                             name, *dt_str);
     return TERN_OK;
 }
 
@@ -74,12 +74,11 @@ static enum tern_status parse_shape(const char *what, const char *name, const js
     for (size_t i = 0; i < rank; i++) {
         const json_t *d = json_array_get(v, i);
         if (!json_is_integer(d) || json_integer_value(d) < 0)
-            return tern_io_error(TERN_E_FORMAT,
-                                 "%s: tensor '%s': shape[%zu] must be a non-negative integer, "
-                                 "got %s",
-                                 what, name, i,
-                                 json_is_integer(d) ? "a negative integer"
-                                                    : tern_json_type_name(d));
+            return tern_io_error(
+                TERN_E_FORMAT,
+                "%s: tensor '%s': shape[%zu] must be a non-negative integer, "
+                "got %s",
+                what, name, i, json_is_integer(d) ? "a negative integer" : tern_json_type_name(d));
         out->shape[i] = (int64_t)json_integer_value(d);
     }
     return TERN_OK;
@@ -123,9 +122,8 @@ static enum tern_status parse_offsets(const char *what, const char *name, const 
     out->end = (uint64_t)json_integer_value(en);
     if (out->begin > out->end)
         return tern_io_error(TERN_E_FORMAT,
-                             "%s: tensor '%s' has data_offsets [%llu, %llu] with begin > end",
-                             what, name, (unsigned long long)out->begin,
-                             (unsigned long long)out->end);
+                             "%s: tensor '%s' has data_offsets [%llu, %llu] with begin > end", what,
+                             name, (unsigned long long)out->begin, (unsigned long long)out->end);
     if (out->end > data_len)
         return tern_io_error(TERN_E_FORMAT,
                              "%s: tensor '%s' has data_offsets [%llu, %llu] past the end of the "
@@ -148,8 +146,10 @@ static enum tern_status check_size(const char *what, const char *name, const cha
             overflow = false;
             break;
         }
-        if (bytes > UINT64_MAX / d) overflow = true; /* keep going: a later 0 dim wins */
-        else bytes *= d;
+        if (bytes > UINT64_MAX / d)
+            overflow = true; /* keep going: a later 0 dim wins */
+        else
+            bytes *= d;
     }
     char shape[128];
     tern_shape_str(e->shape, e->n_dims, shape, sizeof shape);
@@ -169,11 +169,10 @@ static enum tern_status check_size(const char *what, const char *name, const cha
 static enum tern_status parse_entry(const char *what, const char *name, const json_t *v,
                                     uint64_t data_len, struct tern_st_entry *out)
 {
-    if (!name[0])
-        return tern_io_error(TERN_E_FORMAT, "%s: a tensor has an empty name ''", what);
+    if (!name[0]) return tern_io_error(TERN_E_FORMAT, "%s: a tensor has an empty name ''", what);
     if (!json_is_object(v))
-        return tern_io_error(TERN_E_FORMAT, "%s: tensor '%s' must be an object, got %s", what,
-                             name, tern_json_type_name(v));
+        return tern_io_error(TERN_E_FORMAT, "%s: tensor '%s' must be an object, got %s", what, name,
+                             tern_json_type_name(v));
     const char *dt_str = NULL;
     TERN_TRY(parse_dtype(what, name, v, out, &dt_str));
     TERN_TRY(parse_shape(what, name, v, out));
@@ -267,11 +266,9 @@ enum tern_status tern_st_header_parse(const char *json, size_t json_len, uint64_
     json_t *root = json_loadb(json, json_len, JSON_REJECT_DUPLICATES, &err);
     if (!root) {
         if (json_error_code(&err) == json_error_duplicate_key)
-            return tern_io_error(TERN_E_FORMAT, "%s: header names a key twice: %s", what,
-                                 err.text);
-        return tern_io_error(TERN_E_FORMAT,
-                             "%s: header is not valid JSON at line %d column %d: %s", what,
-                             err.line, err.column, err.text);
+            return tern_io_error(TERN_E_FORMAT, "%s: header names a key twice: %s", what, err.text);
+        return tern_io_error(TERN_E_FORMAT, "%s: header is not valid JSON at line %d column %d: %s",
+                             what, err.line, err.column, err.text);
     }
     enum tern_status st = TERN_OK;
     if (!json_is_object(root)) {
@@ -323,8 +320,8 @@ enum tern_status tern_st_image_parse(const void *image, size_t len, const char *
     const uint8_t *p = image;
     if (len < 8)
         return tern_io_error(TERN_E_FORMAT,
-                             "%s: file is %zu bytes, too short for the 8-byte header length",
-                             what, len);
+                             "%s: file is %zu bytes, too short for the 8-byte header length", what,
+                             len);
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = (n << 8) | p[i];
     if (n > ST_MAX_HEADER_BYTES)

@@ -92,10 +92,9 @@ static enum tern_status open_shards(struct tern_snapshot *s, const struct tern_j
             goto done;
         }
         if (!json_is_string(v) || !shard_name_ok(json_string_value(v))) {
-            st = tern_io_error(TERN_E_FORMAT,
-                               "%s: weight_map['%s'] must be a shard file name, got %s",
-                               idx->path, key,
-                               json_is_string(v) ? json_string_value(v) : tern_json_type_name(v));
+            st = tern_io_error(
+                TERN_E_FORMAT, "%s: weight_map['%s'] must be a shard file name, got %s", idx->path,
+                key, json_is_string(v) ? json_string_value(v) : tern_json_type_name(v));
             goto done;
         }
         if ((st = shard_idx(&names, &n, &cap, json_string_value(v), &k)) != TERN_OK) goto done;

@@ -70,8 +70,7 @@ static void test_values(void **state)
     assert_int_equal(tern_cfg_obj_int_opt(&d, rs, "rope_scaling", "absent", 7, &i), TERN_OK);
     assert_int_equal(i, 7);
     /* an absent or null sub-object gives defaults */
-    assert_int_equal(tern_cfg_obj_float_opt(&d, NULL, "rope_scaling", "factor", 1.5, &f),
-                     TERN_OK);
+    assert_int_equal(tern_cfg_obj_float_opt(&d, NULL, "rope_scaling", "factor", 1.5, &f), TERN_OK);
     assert_true(f == 1.5);
     assert_int_equal(tern_cfg_obj_float_opt(&d, json_object_get(d.root, "sliding_window"),
                                             "sliding_window", "factor", 2.5, &f),
@@ -106,7 +105,8 @@ static void test_mistyped_keys(void **state)
     const char *s;
     bool b;
     assert_int_equal(tern_cfg_int(&d, "model_type", &i), TERN_E_FORMAT);
-    assert_string_equal(tern_last_error(), "config.json: key 'model_type' must be an integer, got string");
+    assert_string_equal(tern_last_error(),
+                        "config.json: key 'model_type' must be an integer, got string");
     assert_int_equal(i, 99);
     stb_expect(tern_cfg_int(&d, "bad_int", &i), TERN_E_FORMAT, "config.json",
                "key 'bad_int' must be an integer, got 1.5", NULL);
@@ -116,8 +116,8 @@ static void test_mistyped_keys(void **state)
                "key 'list' must be an integer, got array", NULL);
     stb_expect(tern_cfg_float(&d, "model_type", &f), TERN_E_FORMAT, "config.json",
                "key 'model_type' must be a number, got string", NULL);
-    stb_expect(tern_cfg_float_opt(&d, "tie_word_embeddings", 0, &f), TERN_E_FORMAT,
-               "config.json", "key 'tie_word_embeddings' must be a number, got false", NULL);
+    stb_expect(tern_cfg_float_opt(&d, "tie_word_embeddings", 0, &f), TERN_E_FORMAT, "config.json",
+               "key 'tie_word_embeddings' must be a number, got false", NULL);
     stb_expect(tern_cfg_string(&d, "hidden_size", &s), TERN_E_FORMAT, "config.json",
                "key 'hidden_size' must be a string, got 4096", NULL);
     stb_expect(tern_cfg_string_opt(&d, "rope_scaling", NULL, &s), TERN_E_FORMAT, "config.json",
@@ -129,8 +129,7 @@ static void test_mistyped_keys(void **state)
                "config.json", "key 'rope_scaling.bad' must be a number, got string", NULL);
     stb_expect(tern_cfg_obj_int_opt(&d, rs, "rope_scaling", "rope_type", 0, &i), TERN_E_FORMAT,
                "config.json", "key 'rope_scaling.rope_type' must be an integer", NULL);
-    stb_expect(tern_cfg_obj_string_opt(&d, json_object_get(d.root, "list"), "list", "x", NULL,
-                                       &s),
+    stb_expect(tern_cfg_obj_string_opt(&d, json_object_get(d.root, "list"), "list", "x", NULL, &s),
                TERN_E_FORMAT, "config.json", "key 'list' must be an object, got array", NULL);
     tern_json_doc_deinit(&d);
 }
@@ -185,12 +184,9 @@ static void test_huge_integer(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_values),
-        cmocka_unit_test(test_missing_keys),
-        cmocka_unit_test(test_mistyped_keys),
-        cmocka_unit_test(test_bad_json),
-        cmocka_unit_test(test_load_file),
-        cmocka_unit_test(test_huge_integer),
+        cmocka_unit_test(test_values),        cmocka_unit_test(test_missing_keys),
+        cmocka_unit_test(test_mistyped_keys), cmocka_unit_test(test_bad_json),
+        cmocka_unit_test(test_load_file),     cmocka_unit_test(test_huge_integer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -31,11 +31,10 @@ static char *make_sharded(const char *index_json)
     return dir;
 }
 
-static const char *GOOD_INDEX =
-    "{\"metadata\": {\"total_size\": 15}, \"weight_map\": {"
-    "\"c\": \"model-00002-of-00002.safetensors\","
-    "\"a\": \"model-00001-of-00002.safetensors\","
-    "\"b\": \"model-00001-of-00002.safetensors\"}}";
+static const char *GOOD_INDEX = "{\"metadata\": {\"total_size\": 15}, \"weight_map\": {"
+                                "\"c\": \"model-00002-of-00002.safetensors\","
+                                "\"a\": \"model-00001-of-00002.safetensors\","
+                                "\"b\": \"model-00001-of-00002.safetensors\"}}";
 
 static void test_single_file(void **state)
 {
