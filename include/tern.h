@@ -150,6 +150,120 @@ enum tern_status tern_generate_greedy(struct tern_engine *engine, const int32_t 
 enum tern_status tern_logits(struct tern_engine *engine, const int32_t *ids, int32_t n_ids,
                              float *out);
 
+/* ---------------------------------------------------------------- serving */
+
+/* Per-request sampling. Initialise with tern_sampling_default_params(), which
+ * gives greedy decoding; tern_engine_sampling_defaults() gives the model's
+ * generation_config.json values. Processors apply in this order: penalties,
+ * logit_bias, temperature, top_k, top_p, min_p, then sampling. */
+struct tern_sampling_params {
+    float temperature;        /* 0 = greedy */
+    int32_t top_k;            /* 0 = off */
+    float top_p;              /* 1 = off */
+    float min_p;              /* 0 = off */
+    float repetition_penalty; /* 1 = off (HF definition, over prompt + output) */
+    float presence_penalty;   /* 0 = off (OpenAI definition, over output) */
+    float frequency_penalty;  /* 0 = off */
+    uint64_t seed;            /* used when has_seed; else a per-request random seed */
+    bool has_seed;
+    int32_t max_tokens;      /* generated tokens at most (>= 1) */
+    bool ignore_eos;         /* keep going past end-of-sequence ids */
+    const int32_t *stop_ids; /* extra stop token ids (borrowed during submit) */
+    int32_t n_stop_ids;
+    const int32_t *bias_ids; /* logit_bias: ids and values (borrowed during submit) */
+    const float *bias_values;
+    int32_t n_bias;
+    int32_t logprobs; /* -1 = none; 0..20 = logprob of the chosen token plus this many top */
+    int32_t n;        /* parallel completions sharing the prompt (>= 1) */
+};
+
+struct tern_sampling_params tern_sampling_default_params(void);
+/* The model's generation_config.json defaults over tern_sampling_default_params(). */
+struct tern_sampling_params tern_model_sampling_defaults(const struct tern_model *model);
+
+enum tern_finish_reason {
+    TERN_FINISH_NONE = 0, /* still running */
+    TERN_FINISH_STOP,     /* end-of-sequence or a stop id */
+    TERN_FINISH_LENGTH,   /* max_tokens or the context length */
+    TERN_FINISH_CANCELLED,
+    TERN_FINISH_ERROR
+};
+
+enum tern_event_type {
+    TERN_EVENT_TOKEN, /* one generated token of completion `index` */
+    TERN_EVENT_DONE   /* completion `index` finished; for the last one, `final` is true */
+};
+
+/* One event of a request's stream. Pointers are valid until the next
+ * tern_stream_next call on the same stream. */
+struct tern_event {
+    enum tern_event_type type;
+    int32_t index;      /* which of the n completions */
+    int32_t token;      /* TOKEN: the id */
+    const char *text;   /* TOKEN: complete UTF-8 newly decodable (may be empty) */
+    size_t text_len;
+    float logprob;      /* TOKEN, when logprobs >= 0: log p(token) under the raw distribution */
+    int32_t n_top;      /* TOKEN: entries in top_ids / top_logprobs */
+    const int32_t *top_ids;
+    const float *top_logprobs;
+    enum tern_finish_reason finish; /* DONE */
+    bool final;                     /* DONE: no more events follow */
+    enum tern_status status;        /* DONE: TERN_OK, or why it failed */
+    const char *error;              /* DONE: message when status != TERN_OK */
+    int32_t prompt_tokens;          /* DONE: usage */
+    int32_t cached_tokens;          /* DONE: prompt tokens served from the prefix cache */
+    int32_t completion_tokens;      /* DONE: tokens of this completion */
+    int64_t queue_ns, ttft_ns;      /* DONE: time queued, time to first token */
+};
+
+/* A submitted request. */
+struct tern_stream;
+
+struct tern_request {
+    const int32_t *ids; /* prompt token ids (borrowed during submit) */
+    int32_t n_ids;
+    struct tern_sampling_params sampling;
+    bool detokenize; /* fill event text (needs the model's tokenizer) */
+    /* Testing hook: emit these ids in order instead of sampling (the forward,
+     * KV cache, streaming and detokenization all run as usual). NULL = off. */
+    const int32_t *forced_ids;
+    int32_t n_forced;
+};
+
+/* Starts the engine's step loop on its own thread (idempotent). Submitting
+ * starts it too. */
+enum tern_status tern_engine_start(struct tern_engine *engine);
+
+/* Queues a request. A prompt + max_tokens that cannot fit the context or the
+ * KV pool is rejected here (TERN_E_CAPACITY) with the numbers in the message,
+ * never truncated. Thread-safe. */
+enum tern_status tern_engine_submit(struct tern_engine *engine, const struct tern_request *req,
+                                    struct tern_stream **out);
+
+/* Waits up to timeout_ms (-1 = forever) for the next event. Returns TERN_OK
+ * with an event, TERN_E_NOT_FOUND when the wait timed out (no message is
+ * set), or TERN_E_INVALID_ARG after the final event was already read. */
+enum tern_status tern_stream_next(struct tern_stream *s, int timeout_ms, struct tern_event *ev);
+
+/* Cancels the request in whatever phase it is (queued, prefill, decode); its
+ * KV blocks are freed within one engine step; a final DONE event with
+ * TERN_FINISH_CANCELLED follows. Thread-safe. */
+void tern_stream_cancel(struct tern_stream *s);
+
+/* Cancels if still running and frees the stream. */
+void tern_stream_destroy(struct tern_stream *s);
+
+/* Engine counters, for /metrics. */
+struct tern_engine_stats {
+    int32_t running, waiting;
+    int32_t kv_blocks_total, kv_blocks_used, kv_blocks_free;
+    int64_t requests_finished, requests_cancelled, requests_rejected, preemptions;
+    int64_t prompt_tokens, generated_tokens, cached_prompt_tokens;
+    int64_t steps;
+};
+
+enum tern_status tern_engine_get_stats(struct tern_engine *engine, struct tern_engine_stats *out);
+
 /* ------------------------------------------------------------------- text */
 
 /* Buffers the library allocates and hands over (ids, text) are freed with this. */
