@@ -1,0 +1,370 @@
+"""
+make_fixtures.py — builds the tiny random-weight model fixtures under
+tests/fixtures/models/<name>/ and their golden outputs, with Hugging Face
+transformers (PyTorch, float32) as the oracle.
+
+Run:  tools/setup-oracle.sh && tools/.venv/bin/python tools/make_fixtures.py
+      (optional arguments: fixture names to rebuild only those)
+
+Depends on torch, transformers, tokenizers, safetensors, numpy (see
+tools/requirements-oracle.txt) and on oracle_tokenizer.py beside this file.
+
+Each fixture is a real HF snapshot (config.json, model.safetensors,
+generation_config.json; tiny-llama also tokenizer.json + tokenizer_config.json)
+whose weights are stored in bf16, f16 or f32. The golden outputs are computed by
+loading that snapshot back with dtype=float32, so the oracle sees exactly the
+stored values:
+
+  golden/prompt.npy         int32  [n_prompt]          the prompt ids
+  golden/logits.npy         f32    [n_prompt, vocab]   full-sequence forward, every position
+  golden/greedy.npy         int32  [32]                greedy tokens after the prompt (EOS ignored)
+  golden/greedy_logits.npy  f32    [32, vocab]         row i = the logits that chose greedy[i]
+  golden/meta.json          versions, command, seed, checks
+
+Everything is seeded; rerunning with the same package versions gives the same
+bytes. A seed is rejected (and the next one tried) when the greedy sequence is
+trivial, when some greedy step's top-2 logit gap is razor-thin, or when a
+bfloat16-compute run of the same model would pick a different token.
+"""
+
+import json
+import os
+import re
+import shutil
+import sys
+
+import numpy as np
+import torch
+import transformers
+from transformers import (AutoModelForCausalLM, GenerationConfig, LlamaConfig, LlamaForCausalLM,
+                          MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import oracle_tokenizer  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT_DIR = os.path.join(ROOT, "tests", "fixtures", "models")
+N_GREEDY = 32
+MAX_TRIES = 64
+MIN_REL_GAP = 3e-3      # top-2 gap / max |logit| at every greedy step must be at least this
+MIN_DISTINCT = 8        # distinct tokens among the 32 greedy ones
+MAX_REPEAT = 6          # longest run of one token in them
+
+# The fixtures. `config` holds HF config.json fields (rope given as in published
+# snapshots: rope_theta + rope_scaling). `style` says how config.json is written:
+# "legacy" = the layout of published snapshots (torch_dtype, rope_theta and
+# rope_scaling at top level), "v5" = transformers 5's own save_pretrained output
+# (dtype, rope_parameters) so loaders see both.
+FIXTURES = [
+    {
+        "name": "tiny-llama", "arch": (LlamaConfig, LlamaForCausalLM), "dtype": torch.bfloat16,
+        "seed": 1000, "style": "legacy", "tokenizer": True,
+        "config": dict(vocab_size=oracle_tokenizer.VOCAB_SIZE, hidden_size=64, intermediate_size=176,
+                       num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                       max_position_embeddings=256, rms_norm_eps=1e-5, rope_theta=10000.0,
+                       tie_word_embeddings=False),
+    },
+    {
+        "name": "tiny-llama3-rope", "arch": (LlamaConfig, LlamaForCausalLM), "dtype": torch.float16,
+        "seed": 2000, "style": "legacy", "prompt_len": 14,
+        "config": dict(vocab_size=320, hidden_size=64, intermediate_size=160, num_hidden_layers=3,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=24,
+                       max_position_embeddings=512, rms_norm_eps=1e-5, rope_theta=500000.0,
+                       rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+                       tie_word_embeddings=True, bos_token_id=1, eos_token_id=2),
+    },
+    {
+        "name": "tiny-llama-linear", "arch": (LlamaConfig, LlamaForCausalLM), "dtype": torch.float32,
+        "seed": 3000, "style": "legacy", "prompt_len": 12,
+        "config": dict(vocab_size=256, hidden_size=48, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=128,
+                       rms_norm_eps=1e-6, rope_theta=10000.0,
+                       rope_scaling={"rope_type": "linear", "factor": 2.0},
+                       tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
+    },
+    {
+        "name": "tiny-llama-yarn", "arch": (LlamaConfig, LlamaForCausalLM), "dtype": torch.bfloat16,
+        "seed": 4000, "style": "legacy", "prompt_len": 18,
+        "config": dict(vocab_size=320, hidden_size=64, intermediate_size=192, num_hidden_layers=3,
+                       num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128,
+                       rms_norm_eps=1e-6, rope_theta=10000.0,
+                       rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                     "original_max_position_embeddings": 32},
+                       tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
+    },
+    {
+        "name": "tiny-mistral", "arch": (MistralConfig, MistralForCausalLM), "dtype": torch.bfloat16,
+        "seed": 5000, "style": "legacy", "prompt_len": 16,
+        "config": dict(vocab_size=288, hidden_size=64, intermediate_size=224, num_hidden_layers=2,
+                       num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024,
+                       rms_norm_eps=1e-5, rope_theta=1000000.0, sliding_window=4096,
+                       tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
+    },
+    {
+        "name": "tiny-qwen2", "arch": (Qwen2Config, Qwen2ForCausalLM), "dtype": torch.bfloat16,
+        "seed": 6000, "style": "legacy", "prompt_len": 15,
+        "config": dict(vocab_size=352, hidden_size=64, intermediate_size=160, num_hidden_layers=3,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                       rms_norm_eps=1e-6, rope_theta=1000000.0, use_sliding_window=False,
+                       sliding_window=None, max_window_layers=3, tie_word_embeddings=True,
+                       bos_token_id=1, eos_token_id=2),
+        # As in published Qwen2.5 snapshots: a window size that use_sliding_window=false turns off
+        # (it is shorter than prompt + greedy here, so a loader that applies it fails the test),
+        # and no layer_types list.
+        "config_json": {"sliding_window": 32, "layer_types": None},
+    },
+    {
+        "name": "tiny-qwen3", "arch": (Qwen3Config, Qwen3ForCausalLM), "dtype": torch.bfloat16,
+        "seed": 7000, "style": "v5", "prompt_len": 20,
+        "config": dict(vocab_size=384, hidden_size=64, intermediate_size=192, num_hidden_layers=3,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                       max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                       attention_bias=False, use_sliding_window=False, sliding_window=None,
+                       max_window_layers=3, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2),
+    },
+]
+
+TOKENIZER_PROMPT = "Once upon a time, the quick brown fox"
+
+
+def init_weights(model, gen):
+    """Random init, larger than HF's 0.02 so logits spread and greedy decoding is not trivial.
+
+    Linear weights ~ N(0, 1/fan_in) (unit gain; o_proj and down_proj gain 2), embeddings
+    ~ N(0, 0.5^2), or N(0, 0.2^2) when tied (otherwise the residual stream stays close to the
+    input token's own embedding and a tied head just repeats it), biases ~ N(0, 0.2^2),
+    RMSNorm weights ~ 1 + N(0, 0.15^2).
+    """
+    embed_std = 0.2 if model.config.tie_word_embeddings else 0.5
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.15 * noise)
+            elif name.endswith(".bias"):
+                p.copy_(0.2 * noise)
+            elif "embed_tokens" in name:
+                p.copy_(embed_std * noise)
+            elif name.endswith(("o_proj.weight", "down_proj.weight")):
+                p.copy_(2.0 * noise / np.sqrt(p.shape[1]))
+            else:
+                p.copy_(noise / np.sqrt(p.shape[1]))
+
+
+def build_config(spec, tokenizer_ids):
+    cfg = dict(spec["config"])
+    if tokenizer_ids is not None:
+        bos, eos, pad = tokenizer_ids
+        cfg.update(bos_token_id=bos, eos_token_id=eos, pad_token_id=pad)
+    config_cls = spec["arch"][0]
+    return config_cls(**cfg)
+
+
+def rewrite_config_json(path, style, overrides):
+    """Rewrites transformers 5's config.json into the layout published snapshots use ("legacy"),
+    then applies the fixture's overrides (None deletes a key)."""
+    with open(path) as f:
+        cfg = json.load(f)
+    if style == "legacy":
+        rope = cfg.pop("rope_parameters", None) or {}
+        cfg["rope_theta"] = rope.pop("rope_theta")
+        cfg["rope_scaling"] = None if rope.get("rope_type", "default") == "default" else rope
+        if "dtype" in cfg:
+            cfg["torch_dtype"] = cfg.pop("dtype")
+    for key, value in overrides.items():
+        if value is None:
+            cfg.pop(key, None)
+        else:
+            cfg[key] = value
+    with open(path, "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def write_generation_config(path, config, eos_token_id):
+    gen = {"bos_token_id": config.bos_token_id, "eos_token_id": eos_token_id,
+           "do_sample": False, "transformers_version": transformers.__version__}
+    if config.pad_token_id is not None:
+        gen["pad_token_id"] = config.pad_token_id
+    with open(path, "w") as f:
+        json.dump(gen, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def save_snapshot(spec, model_dir, seed, tokenizer_ids):
+    """Creates the random model and writes it as an HF snapshot; returns its config."""
+    if os.path.exists(model_dir):
+        shutil.rmtree(model_dir)
+    os.makedirs(model_dir)
+    config = build_config(spec, tokenizer_ids)
+    gen = torch.Generator().manual_seed(seed)
+    model = spec["arch"][1](config).to(torch.float32)
+    init_weights(model, gen)
+    model = model.to(spec["dtype"])
+    model.save_pretrained(model_dir)
+    rewrite_config_json(os.path.join(model_dir, "config.json"), spec["style"], spec.get("config_json", {}))
+    eos = config.eos_token_id
+    if spec.get("tokenizer"):  # as in Qwen3 / Llama 3 instruct snapshots: a list of stop ids
+        eos = [eos, tokenizer_ids[2]]
+    write_generation_config(os.path.join(model_dir, "generation_config.json"), config, eos)
+    if spec.get("tokenizer"):
+        oracle_tokenizer.write_tokenizer(model_dir)
+    return config
+
+
+def make_prompt(spec, model_dir, config, seed):
+    if spec.get("tokenizer"):
+        tok = transformers.AutoTokenizer.from_pretrained(model_dir)
+        return np.array(tok(TOKENIZER_PROMPT)["input_ids"], dtype=np.int32)
+    gen = torch.Generator().manual_seed(seed + 1)
+    ids = torch.randint(3, config.vocab_size, (spec["prompt_len"],), generator=gen)
+    ids[0] = config.bos_token_id
+    return ids.numpy().astype(np.int32)
+
+
+def load(model_dir, dtype):
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="eager").eval()
+
+
+def run_oracle(model_dir, prompt):
+    """float32 forward + greedy generation; returns (logits, greedy, greedy_logits)."""
+    model = load(model_dir, torch.float32)
+    ids = torch.from_numpy(prompt.astype(np.int64))[None]
+    with torch.no_grad():
+        logits = model(ids).logits[0].float().numpy()
+        # Replace the snapshot's generation config outright: generate() merges a passed config
+        # with the model's, and an eos_token_id left there would make min_new_tokens suppress EOS.
+        model.generation_config = GenerationConfig(do_sample=False, eos_token_id=None, pad_token_id=0)
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=N_GREEDY,
+                             output_logits=True, return_dict_in_generate=True)
+    greedy = out.sequences[0, len(prompt):].numpy().astype(np.int32)
+    greedy_logits = torch.stack(out.logits, 0)[:, 0].float().numpy()
+    return model, logits, greedy, greedy_logits
+
+
+def check(model_dir, model, prompt, logits, greedy, greedy_logits):
+    """Returns (problem or None, stats). Accepts only sequences robust to bf16-vs-f32 differences."""
+    stats = {}
+    if greedy.shape != (N_GREEDY,) or not np.array_equal(greedy_logits.argmax(-1), greedy):
+        return "greedy tokens are not the argmax of their logits", stats
+    # The cached decode must agree with one uncached forward over prompt + greedy.
+    full = np.concatenate([prompt, greedy[:-1]]).astype(np.int64)
+    with torch.no_grad():
+        ref = model(torch.from_numpy(full)[None]).logits[0, len(prompt) - 1:].float().numpy()
+    stats["decode_vs_full_max_abs"] = float(np.abs(ref - greedy_logits).max())
+    if stats["decode_vs_full_max_abs"] > 1e-4 * max(1.0, float(np.abs(ref).max())):
+        return "cached decode and full forward disagree", stats
+    if not np.allclose(logits[-1], greedy_logits[0], atol=1e-5):
+        return "prompt forward and first decode step disagree", stats
+    top2 = np.sort(greedy_logits, -1)[:, -2:]
+    rel_gap = (top2[:, 1] - top2[:, 0]) / np.abs(greedy_logits).max(-1)
+    stats["min_rel_top2_gap"] = float(rel_gap.min())
+    stats["n_distinct_greedy"] = int(len(set(greedy.tolist())))
+    stats["max_abs_logit"] = float(np.abs(logits).max())
+    runs = np.diff(np.flatnonzero(np.diff(np.r_[-1, greedy, -1]) != 0))
+    stats["longest_repeat"] = int(runs.max())
+    if (stats["n_distinct_greedy"] < MIN_DISTINCT or stats["longest_repeat"] > MAX_REPEAT
+            or len(set(greedy[-12:].tolist())) < 4):
+        return "greedy sequence is too repetitive", stats
+    if stats["min_rel_top2_gap"] < MIN_REL_GAP:
+        return "a greedy step has a razor-thin top-2 gap", stats
+    # bf16 compute (what a fast backend does) must pick the same tokens, teacher-forced.
+    bf16 = load(model_dir, torch.bfloat16)
+    with torch.no_grad():
+        lb = bf16(torch.from_numpy(full)[None]).logits[0, len(prompt) - 1:].float().numpy()
+    stats["bf16_max_rel_err"] = float(np.abs(lb - greedy_logits).max() / np.abs(greedy_logits).max())
+    if not np.array_equal(lb.argmax(-1), greedy):
+        return "bf16 compute picks different greedy tokens", stats
+    return None, stats
+
+
+def rope_meta(model):
+    """The rotary table transformers built (what rope_theta + rope_scaling mean), for debugging."""
+    rotary = model.model.rotary_emb
+    return {"inv_freq": [float(x) for x in rotary.inv_freq.float()],
+            "attention_scaling": float(rotary.attention_scaling),
+            "note": "cos and sin are both multiplied by attention_scaling"}
+
+
+def write_golden(model_dir, spec, seed, model, prompt, logits, greedy, greedy_logits, stats):
+    gdir = os.path.join(model_dir, "golden")
+    os.makedirs(gdir)
+    np.save(os.path.join(gdir, "prompt.npy"), prompt.astype(np.int32))
+    np.save(os.path.join(gdir, "logits.npy"), logits.astype(np.float32))
+    np.save(os.path.join(gdir, "greedy.npy"), greedy.astype(np.int32))
+    np.save(os.path.join(gdir, "greedy_logits.npy"), greedy_logits.astype(np.float32))
+    meta = {
+        "fixture": spec["name"],
+        "command": "tools/setup-oracle.sh && tools/.venv/bin/python tools/make_fixtures.py",
+        "oracle": "transformers float32, attn_implementation=eager, weights loaded from this snapshot",
+        "stored_dtype": str(spec["dtype"]).replace("torch.", ""),
+        "seed": seed,
+        "n_prompt": int(len(prompt)),
+        "n_greedy": N_GREEDY,
+        "greedy_note": "EOS ignored; greedy_logits[i] are the logits that chose greedy[i]; "
+                       "greedy_logits[0] == logits[-1]",
+        "checks": stats,
+        "rope": rope_meta(model),
+        "versions": {"transformers": transformers.__version__, "torch": torch.__version__,
+                     "numpy": np.__version__},
+    }
+    if spec.get("tokenizer"):
+        import tokenizers
+        meta["versions"]["tokenizers"] = tokenizers.__version__
+        meta["prompt_text"] = TOKENIZER_PROMPT
+        tok = transformers.AutoTokenizer.from_pretrained(model_dir)
+        meta["greedy_text"] = tok.decode(greedy.tolist())
+        cases = {"text": oracle_tokenizer.golden_text_cases(tok),
+                 "chat": oracle_tokenizer.golden_chat_cases(tok)}
+        text = json.dumps(cases, indent=1, ensure_ascii=False)
+        # One line per id list keeps the file short and diffable.
+        text = re.sub(r"\[\s*(-?\d+(?:,\s*-?\d+)*)\s*\]",
+                      lambda m: "[" + ", ".join(m.group(1).split()).replace(",,", ",") + "]", text)
+        with open(os.path.join(gdir, "tokenizer_cases.json"), "w") as f:
+            f.write(text + "\n")
+    with open(os.path.join(gdir, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
+def make_fixture(spec):
+    model_dir = os.path.join(OUT_DIR, spec["name"])
+    tokenizer_ids = None
+    if spec.get("tokenizer"):
+        tok = oracle_tokenizer.train_tokenizer()
+        tokenizer_ids = tuple(tok.token_to_id(t) for t in
+                              (oracle_tokenizer.BOS, oracle_tokenizer.EOS, oracle_tokenizer.PAD))
+    for attempt in range(MAX_TRIES):
+        seed = spec["seed"] + attempt
+        config = save_snapshot(spec, model_dir, seed, tokenizer_ids)
+        prompt = make_prompt(spec, model_dir, config, seed)
+        model, logits, greedy, greedy_logits = run_oracle(model_dir, prompt)
+        problem, stats = check(model_dir, model, prompt, logits, greedy, greedy_logits)
+        if problem is None:
+            write_golden(model_dir, spec, seed, model, prompt, logits, greedy, greedy_logits, stats)
+            print(f"{spec['name']}: seed {seed}, prompt {len(prompt)}, greedy {greedy.tolist()}, {stats}")
+            return
+        print(f"{spec['name']}: seed {seed} rejected: {problem} {stats}")
+    raise RuntimeError(f"{spec['name']}: no acceptable seed in {MAX_TRIES} tries")
+
+
+def main(argv):
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)  # summation order, hence the last bits, do not depend on the machine's cores
+    names = set(argv)
+    unknown = names - {s["name"] for s in FIXTURES}
+    if unknown:
+        raise SystemExit(f"unknown fixtures: {sorted(unknown)}")
+    os.makedirs(OUT_DIR, exist_ok=True)
+    for spec in FIXTURES:
+        if not names or spec["name"] in names:
+            make_fixture(spec)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
