@@ -49,6 +49,14 @@
  * samples[r].n_generated as the counter, which makes tokens independent of
  * batching and of preemption.
  *
+ * Call order: every schedule is followed by exactly one commit before the
+ * next schedule (a plan whose commit is skipped is simply re-planned, but
+ * its samples are lost). Build the batch right after schedule: cancel and
+ * stop may come at any point between the calls except between schedule and
+ * build_batch (a cancelled sequence has no block table to put in a batch).
+ * Blocks freed by a cancel during the forward are not handed out again
+ * before the next schedule, so an in-flight forward never sees them reused.
+ *
  * Not thread-safe: the engine calls everything from its step-loop thread.
  */
 #ifndef TERN_SCHED_H
