@@ -183,6 +183,36 @@ static int32_t argmax(const float *x, int32_t n)
     return best;
 }
 
+static void cand_swap(struct cand *a, struct cand *b)
+{
+    struct cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Partitions c[0, n) so that c[0, k) are the k first in cand_cmp order
+ * (unsorted): quickselect with a median-of-three pivot, O(n) on average. */
+static void cand_select(struct cand *c, int32_t n, int32_t k)
+{
+    int32_t lo = 0, hi = n - 1;
+    while (hi > lo) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (cand_cmp(&c[mid], &c[lo]) < 0) cand_swap(&c[mid], &c[lo]);
+        if (cand_cmp(&c[hi], &c[lo]) < 0) cand_swap(&c[hi], &c[lo]);
+        if (cand_cmp(&c[hi], &c[mid]) < 0) cand_swap(&c[hi], &c[mid]);
+        struct cand pivot = c[mid];
+        int32_t i = lo, j = hi;
+        while (i <= j) {
+            while (cand_cmp(&c[i], &pivot) < 0) i++;
+            while (cand_cmp(&c[j], &pivot) > 0) j--;
+            if (i <= j) cand_swap(&c[i++], &c[j--]);
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else return;
+    }
+}
+
 /* top_k then top_p over the sorted candidates; removed tokens get -inf. */
 static void apply_top_k_top_p(struct tern_sampler *s, const struct tern_sample_params *p)
 {
@@ -190,9 +220,12 @@ static void apply_top_k_top_p(struct tern_sampler *s, const struct tern_sample_p
     int32_t n = 0;
     for (int32_t i = 0; i < s->vocab; i++)
         if (x[i] != -INFINITY) s->cand[n++] = (struct cand){x[i], i};
-    qsort(s->cand, (size_t)n, sizeof *s->cand, cand_cmp);
     int32_t keep = n;
-    if (p->top_k > 0 && p->top_k < keep) keep = p->top_k;
+    if (p->top_k > 0 && p->top_k < keep) {
+        keep = p->top_k;
+        cand_select(s->cand, n, keep); /* only the kept ones need sorting */
+    }
+    qsort(s->cand, (size_t)keep, sizeof *s->cand, cand_cmp);
     if (p->top_p < 1.0f && keep > 0) {
         double m = s->cand[0].v, z = 0.0, cum = 0.0;
         for (int32_t i = 0; i < keep; i++) z += exp((double)s->cand[i].v - m);

@@ -28,6 +28,9 @@
  *               counter (step, stream): walk the kept tokens in descending
  *               order until the cumulative probability exceeds u.
  *
+ * Cost: top_k selects in O(vocab) then sorts k; top_p without top_k sorts
+ * the whole row (O(vocab log vocab)); fine for a reference path.
+ *
  * vLLM applies the same processors; it differs in placing min_p before
  * top_k/top_p and keeping every token tied with the k-th under top_k. We
  * follow the order above (the issue's) and break ties by token id so that

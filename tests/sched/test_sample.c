@@ -167,6 +167,32 @@ static void test_top_k_min_p_temperature(void **state)
     tern_sampler_destroy(s);
 }
 
+/* top_k keeps exactly the k first by (logit desc, id asc), over rows full of ties. */
+static void test_top_k_ties_brute_force(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    struct tern_sampler *s;
+    assert_int_equal(tern_sampler_create(N, &s), TERN_OK);
+    float x[N], got[N];
+    uint32_t seed = 1;
+    for (int it = 0; it < 600; it++) {
+        for (int i = 0; i < N; i++) {
+            seed = seed * 1103515245u + 12345u;
+            x[i] = (float)((seed >> 16) % 17);
+        }
+        struct tern_sample_params p = tern_sample_default_params();
+        p.top_k = 1 + (it * 7) % N;
+        assert_int_equal(tern_sampler_probs(s, x, &p, NULL, got), TERN_OK);
+        for (int i = 0; i < N; i++) {
+            int above = 0;
+            for (int j = 0; j < N; j++) above += x[j] > x[i] || (x[j] == x[i] && j < i);
+            assert_int_equal(got[i] > 0.0f, above < p.top_k);
+        }
+    }
+    tern_sampler_destroy(s);
+}
+
 static void test_penalties_and_bias(void **state)
 {
     (void)state;
@@ -339,6 +365,7 @@ int main(void)
         cmocka_unit_test(test_top_p_nucleus),        cmocka_unit_test(test_top_k_min_p_temperature),
         cmocka_unit_test(test_penalties_and_bias),   cmocka_unit_test(test_seeds_and_frequencies),
         cmocka_unit_test(test_logprobs_raw),         cmocka_unit_test(test_params_check),
+        cmocka_unit_test(test_top_k_ties_brute_force),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
