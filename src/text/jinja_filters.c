@@ -300,6 +300,10 @@ static int f_round(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out)
     if (strcmp(how, "ceil") == 0) *out = jv_float(ceil(x * m) / m);
     else if (strcmp(how, "floor") == 0) *out = jv_float(floor(x * m) / m);
     else if (strcmp(how, "common") == 0) {
+        if (v.kind != JV_FLOAT) { /* Python's round() keeps ints ints */
+            *out = jv_int(v.kind == JV_BOOL ? v.u.b : v.u.i);
+            return 0;
+        }
         char buf[400];
         if (p < 0 || p > 30 || !isfinite(x)) *out = jv_float(round(x * m) / m);
         else {

@@ -125,6 +125,7 @@ static struct jnode *parse_expr(struct parser *P);
 static struct jnode *parse_or(struct parser *P);
 static struct jnode *parse_unary(struct parser *P, bool with_filter);
 static struct jnode *parse_primary(struct parser *P);
+static struct jnode *parse_postfix(struct parser *P, struct jnode *n, bool with_filter);
 
 /* ( args ) with positional and keyword arguments, after the '('. */
 static bool parse_args(struct parser *P, struct jnode *call)
@@ -195,9 +196,10 @@ static struct jnode *parse_test(struct parser *P, struct jnode *value)
     } else if ((c->type == JT_NAME || c->type == JT_STRING || c->type == JT_INT ||
                 c->type == JT_FLOAT || tok_is(c, JT_OP, "[") || tok_is(c, JT_OP, "{")) &&
                !tok_is(c, JT_NAME, "else") && !tok_is(c, JT_NAME, "or") &&
-               !tok_is(c, JT_NAME, "and") && !tok_is(c, JT_NAME, "if") &&
-               !tok_is(c, JT_NAME, "is") && !tok_is(c, JT_NAME, "in")) {
-        struct jnode *arg = parse_primary(P);
+               !tok_is(c, JT_NAME, "and")) {
+        /* As jinja2: any other name is taken as the argument (so `x is defined if y`
+         * is a syntax error there too). */
+        struct jnode *arg = parse_postfix(P, parse_primary(P), false);
         if (!arg) return NULL;
         size_t cap = 0;
         if (!vpush(P, (void ***)&t->list, &t->n, &cap, arg)) return NULL;

@@ -96,7 +96,7 @@ enum tern_status tern_chat_template_load(const char *dir, const char *name,
         goto done;
     }
     json_error_t jerr;
-    cfg = json_load_file(path, 0, &jerr);
+    cfg = json_load_file(path, JSON_DECODE_INT_AS_REAL, &jerr);
     if (!cfg) {
         st = tern_error(TERN_E_FORMAT, "%s: line %d: %s", path, jerr.line, jerr.text);
         goto done;
