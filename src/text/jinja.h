@@ -114,6 +114,8 @@ static inline struct jv jv_int(int64_t i) { struct jv v = {JV_INT, 0, {0}}; v.u.
 static inline struct jv jv_float(double f) { struct jv v = {JV_FLOAT, 0, {0}}; v.u.f = f; return v; }
 
 struct jstr *jstr_new(struct jarena *a, const char *p, size_t n);
+/* A zero-filled string of n bytes to be written by the caller. */
+struct jstr *jstr_alloc(struct jarena *a, size_t n);
 int jv_str(struct jarena *a, const char *p, size_t n, struct jv *out); /* 0 ok, -1 no memory */
 struct jlist *jlist_new(struct jarena *a, size_t cap);
 int jlist_push(struct jarena *a, struct jlist *l, struct jv v);
@@ -241,7 +243,7 @@ struct jnode *jinja_parse(struct jarena *a, const struct jtok *toks, size_t n_to
 #define JINJA_MAX_DEPTH 256                       /* nested macro calls / evaluation depth */
 #define JINJA_MAX_STEPS 20000000                  /* evaluated nodes per render */
 #define JINJA_MAX_OUTPUT ((size_t)64 << 20)       /* bytes of output and of any string */
-#define JINJA_MAX_ARENA ((size_t)1 << 30)         /* bytes of values per render */
+#define JINJA_MAX_ARENA ((size_t)256 << 20)       /* bytes of values per render */
 #define JINJA_MAX_RANGE 100000                    /* jinja2 sandbox's MAX_RANGE */
 
 struct jrt {

@@ -33,7 +33,7 @@ static int repeat(struct jrt *rt, struct jv seq, int64_t times, struct jv *out)
     if (seq.kind == JV_STR) {
         size_t n = seq.u.s->len;
         if (n && (uint64_t)times > JINJA_MAX_OUTPUT / n) return jrt_fail(rt, "string too long");
-        struct jstr *s = jstr_new(&rt->arena, "", n * (size_t)times);
+        struct jstr *s = jstr_alloc(&rt->arena, n * (size_t)times);
         if (!s) return jrt_oom(rt);
         for (int64_t i = 0; i < times; i++) memcpy(s->data + (size_t)i * n, seq.u.s->data, n);
         out->kind = JV_STR;
@@ -57,8 +57,9 @@ static int concat(struct jrt *rt, struct jv a, struct jv b, struct jv *out)
     if (a.kind == JV_STR) {
         size_t n = a.u.s->len + b.u.s->len;
         if (n > JINJA_MAX_OUTPUT) return jrt_fail(rt, "string too long");
-        struct jstr *s = jstr_new(&rt->arena, a.u.s->data, n);
+        struct jstr *s = jstr_alloc(&rt->arena, n);
         if (!s) return jrt_oom(rt);
+        memcpy(s->data, a.u.s->data, a.u.s->len);
         memcpy(s->data + a.u.s->len, b.u.s->data, b.u.s->len);
         out->kind = JV_STR;
         out->flags = 0;

@@ -58,12 +58,17 @@ void jarena_deinit(struct jarena *a)
 
 struct jstr *jstr_new(struct jarena *a, const char *p, size_t n)
 {
+    struct jstr *s = jstr_alloc(a, n);
+    if (s && n) memcpy(s->data, p, n);
+    return s;
+}
+
+struct jstr *jstr_alloc(struct jarena *a, size_t n)
+{
     if (n > JINJA_MAX_OUTPUT) return NULL;
-    struct jstr *s = jarena_alloc(a, sizeof(*s) + n + 1);
+    struct jstr *s = jarena_alloc(a, sizeof(*s) + n + 1); /* zeroed: NUL-terminated */
     if (!s) return NULL;
     s->len = n;
-    if (n) memcpy(s->data, p, n);
-    s->data[n] = 0;
     return s;
 }
 
