@@ -9,7 +9,8 @@
  * (jinja_parse.c, building `struct jnode` trees), the evaluator
  * (jinja_eval.c: scopes, statements, expressions), filters and tests
  * (jinja_filters.c), methods and globals (jinja_methods.c), JSON in and out
- * (jinja_json.c). template.c is the public face (include/tern.h).
+ * (jinja_json.c), operators and slicing (jinja_ops.c), tests (jinja_tests.c).
+ * template.c is the public face (include/tern.h).
  * Depends on base/ and jansson.
  */
 #ifndef TERN_JINJA_H
@@ -104,6 +105,7 @@ struct jfunc {
     struct jnode *macro; /* macros and caller() */
     struct jscope *closure;
     struct jv caller; /* caller of a {% call %} block (JV_UNDEF when none) */
+    bool varargs, kwargs; /* the macro body reads them: extra arguments land there */
 };
 
 /* Value constructors (the arena of the runtime owns all memory). */
@@ -288,6 +290,7 @@ int jinja_filter(struct jrt *rt, const char *name, struct jv v, struct jargs *ar
                  struct jv *out);
 int jinja_test(struct jrt *rt, const char *name, struct jv v, struct jargs *args, bool *out);
 bool jinja_has_test(const char *name);
+bool jinja_has_filter(const char *name);
 
 /* Methods of str/dict/list values (bound on attribute access) and globals
  * (jinja_methods.c). `found` is false when `name` is no method of obj. */

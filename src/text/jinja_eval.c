@@ -470,23 +470,48 @@ static int capture(struct jrt *rt, struct jscope *s, const struct jnode *body, s
     return rc;
 }
 
+/* Extra positional/keyword arguments become `varargs` / `kwargs` when the macro
+ * reads them, as jinja2 does; otherwise they are an error. */
+static int macro_extras(struct jrt *rt, struct jfunc *fn, struct jscope *s, struct jargs *args,
+                        struct jv *caller)
+{
+    const struct jnode *m = fn->macro;
+    struct jlist *va = jlist_new(&rt->arena, 0);
+    struct jdict *kw = jdict_new(&rt->arena, 0);
+    if (!va || !kw) return jrt_oom(rt);
+    if (args->n_pos > m->n_names && !fn->varargs)
+        return jrt_fail(rt, "macro '%s' takes not more than %zu argument(s)", fn->name, m->n_names);
+    for (size_t i = m->n_names; i < args->n_pos; i++)
+        if (jlist_push(&rt->arena, va, args->pos[i])) return jrt_oom(rt);
+    for (size_t k = 0; k < args->n_kw; k++) {
+        bool known = strcmp(args->kw_names[k], "caller") == 0;
+        if (known) *caller = args->kw[k];
+        for (size_t p = 0; p < m->n_names && !known; p++)
+            known = strcmp(m->names[p], args->kw_names[k]) == 0;
+        if (known) continue;
+        if (!fn->kwargs)
+            return jrt_fail(rt, "macro '%s' takes no keyword argument '%s'", fn->name,
+                            args->kw_names[k]);
+        struct jv key;
+        if (jv_str(&rt->arena, args->kw_names[k], strlen(args->kw_names[k]), &key) ||
+            jdict_set(&rt->arena, kw, key, args->kw[k]))
+            return jrt_oom(rt);
+    }
+    struct jv vv = {JV_LIST, JV_F_TUPLE, {0}}, kv = {JV_DICT, 0, {0}};
+    vv.u.l = va;
+    kv.u.d = kw;
+    if (fn->varargs && jscope_set(rt, s, "varargs", vv)) return -1;
+    if (fn->kwargs && jscope_set(rt, s, "kwargs", kv)) return -1;
+    return 0;
+}
+
 static int call_macro(struct jrt *rt, struct jfunc *fn, struct jargs *args, struct jv *out)
 {
     const struct jnode *m = fn->macro;
-    if (args->n_pos > m->n_names)
-        return jrt_fail(rt, "macro '%s' takes not more than %zu argument(s)", fn->name, m->n_names);
     struct jscope *s = jscope_new(rt, fn->closure);
     if (!s) return jrt_oom(rt);
     struct jv caller = fn->caller;
-    for (size_t k = 0; k < args->n_kw; k++) {
-        bool known = strcmp(args->kw_names[k], "caller") == 0;
-        if (known) caller = args->kw[k];
-        for (size_t p = 0; p < m->n_names && !known; p++)
-            known = strcmp(m->names[p], args->kw_names[k]) == 0;
-        if (!known)
-            return jrt_fail(rt, "macro '%s' takes no keyword argument '%s'", fn->name,
-                            args->kw_names[k]);
-    }
+    if (macro_extras(rt, fn, s, args, &caller)) return -1;
     for (size_t p = 0; p < m->n_names; p++) {
         struct jv *v = jargs_get(args, p, NULL);
         struct jv val;
@@ -516,6 +541,21 @@ int jinja_call(struct jrt *rt, struct jv callee, struct jargs *args, struct jv *
     return fn->call(rt, fn, args, out);
 }
 
+/* Whether any expression under n reads variable `name`. */
+static bool reads_name(const struct jnode *n, const char *name, int depth)
+{
+    if (!n || depth > JINJA_MAX_DEPTH * 4) return false;
+    if (n->type == JN_NAME && strcmp(n->str, name) == 0) return true;
+    if (reads_name(n->a, name, depth + 1) || reads_name(n->b, name, depth + 1) ||
+        reads_name(n->c, name, depth + 1) || reads_name(n->d, name, depth + 1))
+        return true;
+    for (size_t i = 0; i < n->n; i++)
+        if (reads_name(n->list[i], name, depth + 1)) return true;
+    for (size_t i = 0; i < n->n2; i++)
+        if (reads_name(n->list2[i], name, depth + 1)) return true;
+    return false;
+}
+
 static int make_macro(struct jrt *rt, struct jscope *s, const struct jnode *n, const char *name,
                       struct jv *out)
 {
@@ -525,6 +565,8 @@ static int make_macro(struct jrt *rt, struct jscope *s, const struct jnode *n, c
     fn->macro = (struct jnode *)n;
     fn->closure = s;
     fn->caller = jv_undef();
+    fn->varargs = reads_name(n->c, "varargs", 0);
+    fn->kwargs = reads_name(n->c, "kwargs", 0);
     out->kind = JV_FUNC;
     out->flags = 0;
     out->u.fn = fn;

@@ -631,6 +631,13 @@ static const struct {
     {"batch", f_batch}, {"center", f_center}, {"format", f_format}, {"attr", f_attr},
 };
 
+bool jinja_has_filter(const char *name)
+{
+    for (size_t i = 0; i < sizeof(filters) / sizeof(filters[0]); i++)
+        if (strcmp(filters[i].name, name) == 0) return true;
+    return false;
+}
+
 int jinja_filter(struct jrt *rt, const char *name, struct jv v, struct jargs *args, struct jv *out)
 {
     for (size_t i = 0; i < sizeof(filters) / sizeof(filters[0]); i++)

@@ -8,6 +8,7 @@
 #include "text/jinja.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 int jinja_undef_fail(struct jrt *rt, struct jv u)
@@ -357,6 +358,39 @@ int jinja_slice(struct jrt *rt, struct jv obj, struct jv *start, struct jv *stop
 
 /* ------------------------------------------------------------ "%s" % x */
 
+/* One %-conversion: flags, width, precision and type as Python's printf-style
+ * formatting takes them (s r d i f F e E g G x X o c). */
+static int format_one(struct jrt *rt, struct tern_str *t, const char *spec, size_t spec_len,
+                      char conv, struct jv v)
+{
+    char fmt[40], buf[512];
+    if (spec_len > 20) return jrt_fail(rt, "format spec too long");
+    if (conv == 's' || conv == 'r') {
+        struct tern_str s = {0};
+        if (conv == 's' ? jv_append_str(&s, v) : jv_append_repr(&s, v)) return jrt_oom(rt);
+        snprintf(fmt, sizeof fmt, "%%%.*ss", (int)spec_len, spec);
+        int n = snprintf(NULL, 0, fmt, s.data ? s.data : "");
+        char *o = n >= 0 ? tern_malloc((size_t)n + 1) : NULL;
+        if (o) snprintf(o, (size_t)n + 1, fmt, s.data ? s.data : "");
+        int rc = o && tern_str_appendz(t, o) == TERN_OK ? 0 : jrt_oom(rt);
+        tern_free(o);
+        tern_str_deinit(&s);
+        return rc;
+    }
+    if (!jv_is_number(v))
+        return jrt_fail(rt, "%%%c format: a real number is required, not %s", conv, jv_type_name(v));
+    if (strchr("dioxXc", conv)) {
+        int64_t x = v.kind == JV_FLOAT ? (int64_t)v.u.f : as_int(v);
+        char c = conv == 'i' ? 'd' : conv;
+        snprintf(fmt, sizeof fmt, "%%%.*sll%c", (int)spec_len, spec, c == 'c' ? 'd' : c);
+        snprintf(buf, sizeof buf, fmt, (long long)x);
+    } else {
+        snprintf(fmt, sizeof fmt, "%%%.*s%c", (int)spec_len, spec, conv);
+        snprintf(buf, sizeof buf, fmt, jv_as_double(v));
+    }
+    return tern_str_appendz(t, buf) ? jrt_oom(rt) : 0;
+}
+
 static int str_format_percent(struct jrt *rt, struct jv fmt, struct jv arg, struct jv *out)
 {
     struct tern_str t = {0};
@@ -369,11 +403,15 @@ static int str_format_percent(struct jrt *rt, struct jv fmt, struct jv arg, stru
             if (tern_str_appendc(&t, p[i])) goto oom;
             continue;
         }
-        char c = p[++i];
+        size_t st = ++i;
+        while (i < n && strchr("-+ #0123456789.", p[i])) i++;
+        if (i >= n) goto bad_spec;
+        char c = p[i];
         if (c == '%') {
             if (tern_str_appendc(&t, '%')) goto oom;
             continue;
         }
+        if (!strchr("srdifFeEgGxXoc", c)) goto bad_spec;
         struct jv v;
         if (tuple) {
             if (ai >= arg.u.l->n) goto bad;
@@ -382,22 +420,18 @@ static int str_format_percent(struct jrt *rt, struct jv fmt, struct jv arg, stru
             if (ai++ > 0) goto bad;
             v = arg;
         }
-        if (c == 's') {
-            if (jv_append_str(&t, v)) goto oom;
-        } else if (c == 'r') {
-            if (jv_append_repr(&t, v)) goto oom;
-        } else if ((c == 'd' || c == 'i') && jv_is_number(v)) {
-            if (tern_str_appendf(&t, "%lld", (long long)(v.kind == JV_FLOAT ? (int64_t)v.u.f : as_int(v))))
-                goto oom;
-        } else {
+        if (format_one(rt, &t, p + st, i - st, c, v)) {
             tern_str_deinit(&t);
-            return jrt_fail(rt, "unsupported format character '%c' in %% formatting", c);
+            return -1;
         }
     }
-    if (tuple && ai != arg.u.l->n) goto bad;
+    if (tuple ? ai != arg.u.l->n : ai == 0) goto bad;
     if (jv_str(&rt->arena, t.data ? t.data : "", t.len, out)) goto oom;
     tern_str_deinit(&t);
     return 0;
+bad_spec:
+    tern_str_deinit(&t);
+    return jrt_fail(rt, "unsupported format character in %% formatting");
 bad:
     tern_str_deinit(&t);
     return jrt_fail(rt, "not all arguments converted during string formatting");

@@ -90,30 +90,9 @@ int jinja_test(struct jrt *rt, const char *name, struct jv v, struct jargs *a, b
     else if (!strcmp(name, "odd") || !strcmp(name, "even")) return int_test(rt, name, v, out);
     else if (!strcmp(name, "lower")) return case_test(rt, v, 'L', out);
     else if (!strcmp(name, "upper")) return case_test(rt, v, 'U', out);
-    else if (!strcmp(name, "filter") || !strcmp(name, "test")) {
-        struct jargs none = {0};
-        struct jv dummy;
-        bool r;
-        if (k != JV_STR) {
-            *out = false;
-            return 0;
-        }
-        if (name[0] == 't') *out = jinja_has_test(v.u.s->data);
-        else {
-            (void)none;
-            (void)dummy;
-            (void)r;
-            static const char *const known[] = {"length", "count", "first", "last", "join", "map",
-                "select", "reject", "selectattr", "rejectattr", "items", "trim", "upper", "lower",
-                "capitalize", "title", "replace", "default", "d", "list", "string", "int", "float",
-                "round", "tojson", "safe", "escape", "e", "forceescape", "unique", "sort",
-                "dictsort", "reverse", "indent", "wordcount", "min", "max", "sum", "abs", "batch",
-                "center", "format", "attr", NULL};
-            *out = false;
-            for (int i = 0; known[i]; i++)
-                if (strcmp(known[i], v.u.s->data) == 0) *out = true;
-        }
-    } else if (!strcmp(name, "divisibleby")) {
+    else if (!strcmp(name, "filter")) *out = k == JV_STR && jinja_has_filter(v.u.s->data);
+    else if (!strcmp(name, "test")) *out = k == JV_STR && jinja_has_test(v.u.s->data);
+    else if (!strcmp(name, "divisibleby")) {
         if (arg0(rt, a, name, &b)) return -1;
         if ((k != JV_INT && k != JV_BOOL) || (b.kind != JV_INT && b.kind != JV_BOOL))
             return jrt_fail(rt, "divisibleby needs integers");
