@@ -1,0 +1,164 @@
+/*
+ * cuda_attn.c — the KV store and attention ops: operand checks and the
+ * choice between the two attention kernels.
+ *
+ * One attention call serves a whole ragged batch. Sequences with more than
+ * one query token (prefill chunks) go to the tensor-core prefill kernel,
+ * sequences with one (decode) to the split-KV decode kernel; each kernel
+ * skips the other kind, so which kernel computes a sequence depends only on
+ * that sequence, never on what else is in the batch.
+ *
+ * Decode splits: in deterministic mode every split covers
+ * TERN_CUDA_DET_SPLIT KV positions, so a sequence's reduction order depends
+ * only on its own length. In the default mode the split length is chosen
+ * per call to give about two blocks per multiprocessor (results may then
+ * differ in the last bits between batches; they are still run-to-run
+ * reproducible for the same batch). Partials go to the context's attention
+ * workspace. Depends on cuda_internal.h.
+ */
+#include "backend/cuda/cuda_internal.h"
+
+enum tern_status tern_cuda_kv_store(struct tern_backend *be, const struct tern_dtensor *qkv,
+                                    int64_t k_col, int64_t v_col,
+                                    const struct tern_batch_dev *batch, struct tern_kv_layer *kv)
+{
+    const struct tern_dtensor *K = &kv->k;
+    int64_t T = qkv->shape[0];
+    if (T == 0) return TERN_OK;
+    int64_t width = (int64_t)tern_dtensor_numel(qkv) / T;
+    int64_t kv_dim = K->shape[2] * K->shape[3], n_slots = K->shape[0] * K->shape[1];
+    bool ok = K->n_dims == 4 && kv->v.dtype == K->dtype && qkv->dtype == K->dtype &&
+              (K->dtype == TERN_DTYPE_BF16 || K->dtype == TERN_DTYPE_F32) &&
+              batch->slot_mapping.dtype == TERN_DTYPE_I32 && k_col >= 0 && v_col >= 0 &&
+              k_col + kv_dim <= width && v_col + kv_dim <= width &&
+              tern_dtensor_numel(&kv->v) == tern_dtensor_numel(K);
+    if (!ok)
+        return tern_error(TERN_E_INVALID_ARG,
+                          "cuda kv_store: qkv [T, width] and the caches [n_blocks, block_size, "
+                          "n_kv_heads, head_dim] must share a BF16/F32 dtype and k/v columns fit");
+    cudaError_t e = tk_kv_store(tern_cuda_of(be)->stream, tern_cuda_ptr(qkv), (int)qkv->dtype,
+                                width, k_col, v_col, T, tern_cuda_ptr(&batch->slot_mapping),
+                                tern_cuda_ptr(K), tern_cuda_ptr(&kv->v), kv_dim, n_slots);
+    if (e != cudaSuccess) return tern_cuda_fail("tk_kv_store", (int)e, __FILE__, __LINE__);
+    return TERN_OK;
+}
+
+static enum tern_status attn_check(const struct tern_dtensor *qkv, const struct tern_kv_layer *kv,
+                                   const struct tern_batch_dev *b, const struct tern_attn_params *p,
+                                   const struct tern_dtensor *out)
+{
+    const struct tern_dtensor *K = &kv->k;
+    int64_t T = qkv->shape[0];
+    int64_t width = T ? (int64_t)tern_dtensor_numel(qkv) / T : 0;
+    int64_t ow = T ? (int64_t)tern_dtensor_numel(out) / T : 0;
+    bool ok = qkv->dtype == TERN_DTYPE_BF16 && K->dtype == TERN_DTYPE_BF16 &&
+              kv->v.dtype == TERN_DTYPE_BF16 && out->dtype == TERN_DTYPE_BF16 && K->n_dims == 4 &&
+              p->n_kv_heads > 0 && p->n_heads % p->n_kv_heads == 0 &&
+              K->shape[2] == p->n_kv_heads && K->shape[3] == p->head_dim &&
+              K->shape[1] == b->block_size && out->shape[0] == T &&
+              ow >= (int64_t)p->n_heads * p->head_dim && width >= (int64_t)p->n_heads * p->head_dim;
+    if (!ok)
+        return tern_error(TERN_E_INVALID_ARG,
+                          "cuda attention: qkv, caches and out must be BF16, caches [n_blocks, "
+                          "%d, %d, %d], out [T, n_heads * head_dim]",
+                          b->block_size, p->n_kv_heads, p->head_dim);
+    if (width % 8 || ow % 8 || (tern_cuda_ptr(qkv) && (uintptr_t)tern_cuda_ptr(qkv) % 16))
+        return tern_error(TERN_E_INVALID_ARG,
+                          "cuda attention: qkv and out rows must be multiples of 8 elements and "
+                          "16-byte aligned");
+    if (p->head_dim != 64 && p->head_dim != 128 && p->head_dim != 256)
+        return tern_error(TERN_E_UNSUPPORTED, "cuda attention: head_dim %d (64, 128, 256 only)",
+                          p->head_dim);
+    return TERN_OK;
+}
+
+/* Picks the decode split length and count; fails only in deterministic mode. */
+static enum tern_status decode_splits(struct tern_cuda *c, const struct tk_attn_args *a,
+                                      int n_decode, int *split_len, int *n_splits)
+{
+    int64_t L = a->max_seq_len > 0 ? a->max_seq_len : 1;
+    int64_t len;
+    if (c->base.deterministic) {
+        len = TERN_CUDA_DET_SPLIT;
+    } else {
+        int64_t per = (int64_t)n_decode * a->n_kv_heads;
+        int64_t want = (2 * (int64_t)c->n_sm + per - 1) / per;
+        len = (L + want - 1) / want;
+        len = (len + 63) / 64 * 64;
+        if (len < 64) len = 64;
+    }
+    for (;;) {
+        int64_t n = (L + len - 1) / len;
+        if (tk_attn_decode_ws_bytes(a, (int)n) <= TERN_CUDA_ATTN_WS_BYTES) {
+            *split_len = (int)len;
+            *n_splits = (int)n;
+            return TERN_OK;
+        }
+        if (c->base.deterministic)
+            return tern_error(TERN_E_CAPACITY,
+                              "cuda attention: %d sequences of up to %lld tokens need %zu bytes of "
+                              "decode workspace; the context has %zu",
+                              a->n_seqs, (long long)L, tk_attn_decode_ws_bytes(a, (int)n),
+                              TERN_CUDA_ATTN_WS_BYTES);
+        len *= 2;
+    }
+}
+
+enum tern_status tern_cuda_attention(struct tern_backend *be, const struct tern_dtensor *qkv,
+                                     const struct tern_kv_layer *kv,
+                                     const struct tern_batch_dev *batch,
+                                     const struct tern_attn_params *p, struct tern_dtensor *out)
+{
+    struct tern_cuda *c = tern_cuda_of(be);
+    const struct tern_batch *h = batch->host;
+    if (qkv->shape[0] == 0 || h->n_seqs == 0) return TERN_OK;
+    TERN_TRY(attn_check(qkv, kv, batch, p, out));
+    int n_decode = 0, n_prefill = 0;
+    for (int s = 0; s < h->n_seqs; s++) {
+        int q = h->query_start[s + 1] - h->query_start[s];
+        n_decode += q == 1;
+        n_prefill += q > 1;
+    }
+    int64_t T = qkv->shape[0];
+    struct tk_attn_args a = {
+        .q = tern_cuda_ptr(qkv),
+        .q_stride = (int64_t)tern_dtensor_numel(qkv) / T,
+        .k_cache = tern_cuda_ptr(&kv->k),
+        .v_cache = tern_cuda_ptr(&kv->v),
+        .out = tern_cuda_ptr(out),
+        .out_stride = (int64_t)tern_dtensor_numel(out) / T,
+        .positions = tern_cuda_ptr(&batch->positions),
+        .query_start = tern_cuda_ptr(&batch->query_start),
+        .seq_lens = tern_cuda_ptr(&batch->seq_lens),
+        .block_tables = tern_cuda_ptr(&batch->block_tables),
+        .n_seqs = h->n_seqs,
+        .max_blocks_per_seq = h->max_blocks_per_seq,
+        .block_size = batch->block_size,
+        .n_heads = p->n_heads,
+        .n_kv_heads = p->n_kv_heads,
+        .head_dim = p->head_dim,
+        .scale = p->scale,
+        .softcap = p->softcap,
+        .sliding_window = p->sliding_window,
+        .max_q_len = batch->max_q_len,
+        .max_seq_len = batch->max_seq_len,
+    };
+    if (n_prefill > 0) {
+        if (p->head_dim > 128)
+            return tern_error(TERN_E_UNSUPPORTED,
+                              "cuda attention: prefill with head_dim %d (64, 128 only)", p->head_dim);
+        cudaError_t e = tk_attn_prefill(c->stream, &a);
+        if (e != cudaSuccess) return tern_cuda_fail("tk_attn_prefill", (int)e, __FILE__, __LINE__);
+    }
+    if (n_decode > 0) {
+        if (p->n_heads / p->n_kv_heads > (p->head_dim > 128 ? 8 : 16))
+            return tern_error(TERN_E_UNSUPPORTED,
+                              "cuda attention: %d query heads per kv head with head_dim %d",
+                              p->n_heads / p->n_kv_heads, p->head_dim);
+        int split_len = 0, n_splits = 0;
+        TERN_TRY(decode_splits(c, &a, n_decode, &split_len, &n_splits));
+        cudaError_t e = tk_attn_decode(c->stream, &a, split_len, n_splits, c->attn_ws);
+        if (e != cudaSuccess) return tern_cuda_fail("tk_attn_decode", (int)e, __FILE__, __LINE__);
+    }
+    return TERN_OK;
+}

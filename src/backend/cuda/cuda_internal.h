@@ -1,0 +1,104 @@
+/*
+ * cuda_internal.h — the CUDA backend's private state, shared by its C glue
+ * files (cuda.c: context, memory, row ops; cuda_matmul.c: cuBLASLt + GEMV
+ * dispatch; cuda_attn.c: attention dispatch). Kernels live in the *.cu files
+ * behind cuda_kernels.h. Depends on backend/, the CUDA runtime and cuBLASLt.
+ *
+ * Everything the backend touches on the device is owned by one
+ * struct tern_cuda: no global state. Device memory taken at creation:
+ *   lt_ws    cuBLASLt workspace             TERN_CUDA_LT_WS_BYTES
+ *   attn_ws  split-KV decode partials       TERN_CUDA_ATTN_WS_BYTES
+ * plus pinned host staging for weight uploads (TERN_CUDA_STAGES chunks).
+ * Ops allocate nothing, never synchronise and copy no host data, so a decode
+ * step can be captured into a CUDA graph.
+ */
+#ifndef TERN_BACKEND_CUDA_INTERNAL_H
+#define TERN_BACKEND_CUDA_INTERNAL_H
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_kernels.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#define TERN_CUDA_LT_WS_BYTES ((size_t)32 << 20)
+#define TERN_CUDA_ATTN_WS_BYTES ((size_t)128 << 20)
+#define TERN_CUDA_STAGES 4
+#define TERN_CUDA_STAGE_BYTES ((size_t)16 << 20)
+#define TERN_CUDA_MAX_PLANS 256
+/* Rows up to which matmul uses the GEMV kernel (default mode). */
+#define TERN_CUDA_GEMV_MAX_T 8
+/* KV positions per decode split in deterministic mode (fixed: batch-invariant). */
+#define TERN_CUDA_DET_SPLIT 256
+
+struct tern_buf {
+    void *ptr;
+    size_t n_bytes;
+};
+
+/* One cached cuBLASLt choice. */
+struct tern_cuda_plan {
+    int64_t m, n_key, k, ldb, ldc;
+    int ydt, bias_dt; /* bias_dt -1: no epilogue bias */
+    int align;        /* min pointer alignment in bytes */
+    cublasLtMatmulAlgo_t algo;
+};
+
+struct tern_cuda {
+    struct tern_backend base;
+    int device;
+    int n_sm;
+    cudaStream_t stream;      /* every op runs here */
+    cudaStream_t copy_stream; /* weight uploads */
+    cublasLtHandle_t lt;
+    void *lt_ws;
+    float *attn_ws;
+    void *stage[TERN_CUDA_STAGES];
+    cudaEvent_t stage_ev[TERN_CUDA_STAGES];
+    cudaEvent_t ev0, ev1; /* for algorithm timing */
+    struct tern_cuda_plan plans[TERN_CUDA_MAX_PLANS];
+    int n_plans, next_plan;
+};
+
+static inline struct tern_cuda *tern_cuda_of(struct tern_backend *be)
+{
+    return (struct tern_cuda *)be;
+}
+
+static inline void *tern_cuda_ptr(const struct tern_dtensor *t)
+{
+    return t->buf ? (char *)t->buf->ptr + t->offset : NULL;
+}
+
+/* Records TERN_E_DEVICE naming the call, file and line; returns it. */
+enum tern_status tern_cuda_fail(const char *call, int err, const char *file, int line);
+enum tern_status tern_cuda_lt_fail(const char *call, int err, const char *file, int line);
+
+#define TERN_CU(call)                                                                              \
+    do {                                                                                           \
+        cudaError_t tern_cu_e_ = (call);                                                           \
+        if (tern_cu_e_ != cudaSuccess)                                                             \
+            return tern_cuda_fail(#call, (int)tern_cu_e_, __FILE__, __LINE__);                    \
+    } while (0)
+
+#define TERN_LT(call)                                                                              \
+    do {                                                                                           \
+        cublasStatus_t tern_lt_e_ = (call);                                                        \
+        if (tern_lt_e_ != CUBLAS_STATUS_SUCCESS)                                                   \
+            return tern_cuda_lt_fail(#call, (int)tern_lt_e_, __FILE__, __LINE__);                 \
+    } while (0)
+
+/* Op entry points (each checks its operands and returns a status). */
+enum tern_status tern_cuda_matmul(struct tern_backend *be, const struct tern_dtensor *x,
+                                  const struct tern_linear *w, struct tern_dtensor *y,
+                                  int64_t y_col);
+enum tern_status tern_cuda_attention(struct tern_backend *be, const struct tern_dtensor *qkv,
+                                     const struct tern_kv_layer *kv,
+                                     const struct tern_batch_dev *batch,
+                                     const struct tern_attn_params *p, struct tern_dtensor *out);
+enum tern_status tern_cuda_kv_store(struct tern_backend *be, const struct tern_dtensor *qkv,
+                                    int64_t k_col, int64_t v_col,
+                                    const struct tern_batch_dev *batch, struct tern_kv_layer *kv);
+
+#endif /* TERN_BACKEND_CUDA_INTERNAL_H */

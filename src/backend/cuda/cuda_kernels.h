@@ -1,0 +1,116 @@
+/*
+ * cuda_kernels.h — the C-callable launchers of the CUDA kernels (the *.cu
+ * files), shared by the C glue (cuda.c, cuda_matmul.c, cuda_attn.c).
+ *
+ * Only plain C types and the CUDA runtime's types appear here, so this header
+ * compiles both as C (gcc) and as CUDA C++ (nvcc). Launchers never allocate,
+ * never synchronise and never copy host data: they only enqueue kernels on
+ * the given stream, so every op is CUDA-graph capturable. They return the
+ * launch's cudaError_t; the glue turns it into TERN_E_DEVICE.
+ *
+ * Element types are passed as small ints that match enum tern_dtype's first
+ * three values (F32 = 0, F16 = 1, BF16 = 2; cuda.c checks this at compile
+ * time). Strides and columns are in elements.
+ */
+#ifndef TERN_CUDA_KERNELS_H
+#define TERN_CUDA_KERNELS_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { TK_F32 = 0, TK_F16 = 1, TK_BF16 = 2 };
+
+/* ---- elementwise and row ops (cuda_ops.cu) ---- */
+
+/* out[t, :] = table[idx[t], :]; rows whose index is outside [0, n_table) are
+ * written as zeros (the glue cannot see device indices without a sync). */
+cudaError_t tk_get_rows(cudaStream_t st, const void *table, int tdt, int64_t n_table,
+                        int64_t width, const int32_t *idx, int64_t n, void *out, int odt);
+
+/* Grouped RMSNorm: for t < n_rows, h < n_groups the `dim` elements at
+ * x + t * x_stride + col0 + h * dim are normalised into the same place of out
+ * (out_stride); w: [dim] of dtype wdt. x and out share dtype adt. */
+cudaError_t tk_rmsnorm(cudaStream_t st, const void *x, int64_t x_stride, void *out,
+                       int64_t out_stride, int64_t col0, int adt, int64_t n_rows, int n_groups,
+                       int64_t dim, const void *w, int wdt, float eps);
+
+/* res[r] += x[r]; out[r] = rmsnorm(res[r]) * w. All [rows, dim] contiguous in adt. */
+cudaError_t tk_add_rmsnorm(cudaStream_t st, void *res, const void *x, void *out, int adt,
+                           int64_t n_rows, int64_t dim, const void *w, int wdt, float eps);
+
+/* In-place rotary embedding of n_heads heads at x + t * stride + col0. */
+cudaError_t tk_rope(cudaStream_t st, void *x, int adt, int64_t stride, int64_t col0, int64_t n_tok,
+                    int n_heads, int head_dim, int rotary_dim, int interleaved, float mscale,
+                    const float *inv_freq, const int32_t *positions);
+
+/* Copies k and v (kv_dim elements at columns k_col / v_col of qkv rows) into
+ * row slots[t] of the caches viewed as [n_slots, kv_dim]; negative or
+ * out-of-range slots are skipped. qkv and caches share dtype adt. */
+cudaError_t tk_kv_store(cudaStream_t st, const void *qkv, int adt, int64_t stride, int64_t k_col,
+                        int64_t v_col, int64_t n_tok, const int32_t *slots, void *k_cache,
+                        void *v_cache, int64_t kv_dim, int64_t n_slots);
+
+/* out[t, i] = silu(gu[t, i]) * gu[t, ff + i]. */
+cudaError_t tk_silu_mul(cudaStream_t st, const void *gate_up, void *out, int adt, int64_t n_tok,
+                        int64_t ff);
+/* out = a + b over n elements. */
+cudaError_t tk_add(cudaStream_t st, const void *a, const void *b, void *out, int adt, int64_t n);
+/* out[r] = first index of the maximum of row r (F32 logits, I32 out). */
+cudaError_t tk_argmax(cudaStream_t st, const float *logits, int64_t n_rows, int64_t vocab,
+                      int32_t *out);
+/* y[t, c] += bias[c] for c < n_out (y rows of stride y_stride). */
+cudaError_t tk_bias_add(cudaStream_t st, void *y, int ydt, int64_t y_stride, const void *bias,
+                        int bdt, int64_t n_tok, int64_t n_out);
+
+/* ---- matrix-vector products for decode (cuda_gemv.cu) ---- */
+
+/* y[t, o] = sum_i x[t, i] * w[o, i] (+ bias[o]), float32 accumulation.
+ * The fast path (x and w BF16, in % 8 == 0, 16-byte aligned rows) streams each
+ * weight row once for up to 8 tokens at a time; anything else takes a simple
+ * exact path. bias may be NULL. y points at column 0 of the output slice. */
+cudaError_t tk_gemv(cudaStream_t st, const void *x, int xdt, int64_t x_stride, const void *w,
+                    int wdt, const void *bias, int bdt, void *y, int ydt, int64_t y_stride,
+                    int64_t n_tok, int64_t in, int64_t out);
+/* True when tk_gemv takes the fast path for these operands. */
+int tk_gemv_fast(const void *x, int xdt, int64_t x_stride, const void *w, int wdt, int64_t in);
+
+/* ---- attention over the paged KV cache (cuda_attn_*.cu) ---- */
+
+struct tk_attn_args {
+    const void *q;       /* qkv rows (BF16); q of head h at column h * head_dim */
+    int64_t q_stride;    /* elements per qkv row */
+    const void *k_cache; /* [n_blocks, block_size, n_kv_heads, head_dim] BF16 */
+    const void *v_cache;
+    void *out;           /* [T, n_heads * head_dim] BF16 */
+    int64_t out_stride;
+    const int32_t *positions, *query_start, *seq_lens, *block_tables;
+    int n_seqs, max_blocks_per_seq, block_size;
+    int n_heads, n_kv_heads, head_dim;
+    float scale, softcap;
+    int sliding_window;
+    int max_q_len, max_seq_len;
+};
+
+/* Sequences with more than one query token (FlashAttention-2 style tiles on
+ * mma.sync tensor cores). head_dim 64 or 128. */
+cudaError_t tk_attn_prefill(cudaStream_t st, const struct tk_attn_args *a);
+
+/* Bytes of float workspace the decode kernel needs for `n_splits` KV splits. */
+size_t tk_attn_decode_ws_bytes(const struct tk_attn_args *a, int n_splits);
+/* Sequences with exactly one query token: split-KV (flash-decoding), the
+ * query heads of one KV group together, then a combine pass. Split s of a
+ * sequence covers KV positions [s * split_len, (s + 1) * split_len).
+ * head_dim 64, 128 or 256; n_heads / n_kv_heads <= 16. */
+cudaError_t tk_attn_decode(cudaStream_t st, const struct tk_attn_args *a, int split_len,
+                           int n_splits, float *ws);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TERN_CUDA_KERNELS_H */

@@ -1,0 +1,339 @@
+/*
+ * cuda_ops.cu — the row and elementwise kernels: embedding gather, RMSNorm
+ * (plain, fused residual add, per head), rotary embedding, KV store, SiLU
+ * gate, add, argmax, bias add. Kernels that touch activations are templated
+ * on the activation type (float or bf16) and accumulate in float; every
+ * reduction has a fixed order, independent of the number of rows, so these
+ * ops are batch-invariant. Depends on cuda_common.cuh.
+ */
+#include "backend/cuda/cuda_common.cuh"
+
+#define TK_LAUNCHED() cudaPeekAtLastError()
+
+/* ------------------------------------------------------------ get_rows */
+
+static __global__ void k_get_rows(const void *table, int tdt, int64_t n_table, int64_t width,
+                                  const int32_t *idx, void *out, int odt)
+{
+    int64_t t = blockIdx.x;
+    int64_t r = idx[t];
+    bool ok = r >= 0 && r < n_table;
+    for (int64_t c = threadIdx.x; c < width; c += blockDim.x) {
+        float v = ok ? tk_ld(table, tdt, r * width + c) : 0.0f;
+        tk_st(out, odt, t * width + c, v);
+    }
+}
+
+extern "C" cudaError_t tk_get_rows(cudaStream_t st, const void *table, int tdt, int64_t n_table,
+                                   int64_t width, const int32_t *idx, int64_t n, void *out, int odt)
+{
+    if (n <= 0) return cudaSuccess;
+    k_get_rows<<<(unsigned)n, 256, 0, st>>>(table, tdt, n_table, width, idx, out, odt);
+    return TK_LAUNCHED();
+}
+
+/* ------------------------------------------------------------ rmsnorm */
+
+/* One warp per (row, group): for small dims (per-head norms). */
+template <typename T>
+static __global__ void k_rmsnorm_warp(const T *x, int64_t xs, T *out, int64_t os, int64_t col0,
+                                      int64_t n_rows, int n_groups, int64_t dim, const void *w,
+                                      int wdt, float eps)
+{
+    int64_t gid = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (gid >= n_rows * n_groups) return;
+    int64_t row = gid / n_groups, g = gid % n_groups;
+    const T *xr = x + row * xs + col0 + g * dim;
+    T *orow = out + row * os + col0 + g * dim;
+    float ss = 0.0f;
+    for (int64_t i = lane; i < dim; i += 32) {
+        float v = tk_f(xr[i]);
+        ss += v * v;
+    }
+    ss = tk_warp_sum(ss);
+    float inv = rsqrtf(ss / (float)dim + eps);
+    for (int64_t i = lane; i < dim; i += 32) orow[i] = tk_from<T>(tk_f(xr[i]) * inv * tk_ld(w, wdt, i));
+}
+
+/* One block per (row, group): for hidden-size norms. */
+template <typename T>
+static __global__ void k_rmsnorm_block(const T *x, int64_t xs, T *out, int64_t os, int64_t col0,
+                                       int n_groups, int64_t dim, const void *w, int wdt, float eps)
+{
+    __shared__ float red[32];
+    int64_t row = blockIdx.x / n_groups, g = blockIdx.x % n_groups;
+    const T *xr = x + row * xs + col0 + g * dim;
+    T *orow = out + row * os + col0 + g * dim;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = tk_f(xr[i]);
+        ss += v * v;
+    }
+    ss = tk_block_sum(ss, red);
+    float inv = rsqrtf(ss / (float)dim + eps);
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+        orow[i] = tk_from<T>(tk_f(xr[i]) * inv * tk_ld(w, wdt, i));
+}
+
+template <typename T>
+static cudaError_t rmsnorm_t(cudaStream_t st, const void *x, int64_t xs, void *out, int64_t os,
+                             int64_t col0, int64_t n_rows, int n_groups, int64_t dim, const void *w,
+                             int wdt, float eps)
+{
+    int64_t n = n_rows * n_groups;
+    if (n <= 0) return cudaSuccess;
+    if (dim <= 512) {
+        k_rmsnorm_warp<T><<<(unsigned)tk_cdiv(n, 8), 256, 0, st>>>(
+            (const T *)x, xs, (T *)out, os, col0, n_rows, n_groups, dim, w, wdt, eps);
+    } else {
+        k_rmsnorm_block<T><<<(unsigned)n, 256, 0, st>>>((const T *)x, xs, (T *)out, os, col0,
+                                                        n_groups, dim, w, wdt, eps);
+    }
+    return TK_LAUNCHED();
+}
+
+extern "C" cudaError_t tk_rmsnorm(cudaStream_t st, const void *x, int64_t x_stride, void *out,
+                                  int64_t out_stride, int64_t col0, int adt, int64_t n_rows,
+                                  int n_groups, int64_t dim, const void *w, int wdt, float eps)
+{
+    if (adt == TK_BF16)
+        return rmsnorm_t<bf16>(st, x, x_stride, out, out_stride, col0, n_rows, n_groups, dim, w,
+                               wdt, eps);
+    return rmsnorm_t<float>(st, x, x_stride, out, out_stride, col0, n_rows, n_groups, dim, w, wdt,
+                            eps);
+}
+
+/* residual += x (stored in T), then the norm of the stored residual. */
+template <typename T>
+static __global__ void k_add_rmsnorm(T *res, const T *x, T *out, int64_t dim, const void *w,
+                                     int wdt, float eps)
+{
+    __shared__ float red[32];
+    int64_t row = blockIdx.x;
+    T *rr = res + row * dim;
+    const T *xr = x + row * dim;
+    T *orow = out + row * dim;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+        T s = tk_from<T>(tk_f(rr[i]) + tk_f(xr[i]));
+        rr[i] = s;
+        float v = tk_f(s);
+        ss += v * v;
+    }
+    ss = tk_block_sum(ss, red);
+    float inv = rsqrtf(ss / (float)dim + eps);
+    /* Each thread rereads only the elements it wrote itself. */
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+        orow[i] = tk_from<T>(tk_f(rr[i]) * inv * tk_ld(w, wdt, i));
+}
+
+extern "C" cudaError_t tk_add_rmsnorm(cudaStream_t st, void *res, const void *x, void *out,
+                                      int adt, int64_t n_rows, int64_t dim, const void *w, int wdt,
+                                      float eps)
+{
+    if (n_rows <= 0) return cudaSuccess;
+    if (adt == TK_BF16)
+        k_add_rmsnorm<bf16><<<(unsigned)n_rows, 256, 0, st>>>((bf16 *)res, (const bf16 *)x,
+                                                             (bf16 *)out, dim, w, wdt, eps);
+    else
+        k_add_rmsnorm<float><<<(unsigned)n_rows, 256, 0, st>>>((float *)res, (const float *)x,
+                                                              (float *)out, dim, w, wdt, eps);
+    return TK_LAUNCHED();
+}
+
+/* ------------------------------------------------------------ rope */
+
+/* One thread per (token, head, pair). */
+template <typename T>
+static __global__ void k_rope(T *x, int64_t stride, int64_t col0, int64_t n_tok, int n_heads,
+                              int head_dim, int rotary_dim, int interleaved, float mscale,
+                              const float *inv_freq, const int32_t *pos)
+{
+    int half = rotary_dim / 2;
+    int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id >= n_tok * n_heads * half) return;
+    int i = (int)(id % half);
+    int64_t th = id / half;
+    int h = (int)(th % n_heads);
+    int64_t t = th / n_heads;
+    T *hp = x + t * stride + col0 + (int64_t)h * head_dim;
+    float angle = (float)pos[t] * inv_freq[i];
+    float s, c;
+    sincosf(angle, &s, &c);
+    c *= mscale;
+    s *= mscale;
+    int i1 = interleaved ? 2 * i : i, i2 = interleaved ? 2 * i + 1 : i + half;
+    float x1 = tk_f(hp[i1]), x2 = tk_f(hp[i2]);
+    hp[i1] = tk_from<T>(x1 * c - x2 * s);
+    hp[i2] = tk_from<T>(x2 * c + x1 * s);
+}
+
+extern "C" cudaError_t tk_rope(cudaStream_t st, void *x, int adt, int64_t stride, int64_t col0,
+                               int64_t n_tok, int n_heads, int head_dim, int rotary_dim,
+                               int interleaved, float mscale, const float *inv_freq,
+                               const int32_t *positions)
+{
+    int64_t n = n_tok * n_heads * (rotary_dim / 2);
+    if (n <= 0) return cudaSuccess;
+    unsigned blocks = (unsigned)tk_cdiv(n, 256);
+    if (adt == TK_BF16)
+        k_rope<bf16><<<blocks, 256, 0, st>>>((bf16 *)x, stride, col0, n_tok, n_heads, head_dim,
+                                             rotary_dim, interleaved, mscale, inv_freq, positions);
+    else
+        k_rope<float><<<blocks, 256, 0, st>>>((float *)x, stride, col0, n_tok, n_heads, head_dim,
+                                              rotary_dim, interleaved, mscale, inv_freq, positions);
+    return TK_LAUNCHED();
+}
+
+/* ------------------------------------------------------------ kv_store */
+
+/* Copies in units of V (uint4 when rows allow 16-byte access, else the element). */
+template <typename V>
+static __global__ void k_kv_store(const V *qkv, int64_t stride, int64_t k_col, int64_t v_col,
+                                  int64_t n_tok, const int32_t *slots, V *kc, V *vc, int64_t kv_dim,
+                                  int64_t n_slots)
+{
+    int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id >= n_tok * kv_dim) return;
+    int64_t t = id / kv_dim, e = id % kv_dim;
+    int64_t slot = slots[t];
+    if (slot < 0 || slot >= n_slots) return;
+    kc[slot * kv_dim + e] = qkv[t * stride + k_col + e];
+    vc[slot * kv_dim + e] = qkv[t * stride + v_col + e];
+}
+
+extern "C" cudaError_t tk_kv_store(cudaStream_t st, const void *qkv, int adt, int64_t stride,
+                                   int64_t k_col, int64_t v_col, int64_t n_tok,
+                                   const int32_t *slots, void *k_cache, void *v_cache,
+                                   int64_t kv_dim, int64_t n_slots)
+{
+    if (n_tok <= 0) return cudaSuccess;
+    int64_t es = adt == TK_F32 ? 4 : 2;
+    int64_t per = 16 / es; /* elements per uint4 */
+    bool vec = stride % per == 0 && k_col % per == 0 && v_col % per == 0 && kv_dim % per == 0 &&
+               ((uintptr_t)qkv | (uintptr_t)k_cache | (uintptr_t)v_cache) % 16 == 0;
+    if (vec) {
+        int64_t n = n_tok * (kv_dim / per);
+        k_kv_store<uint4><<<(unsigned)tk_cdiv(n, 256), 256, 0, st>>>(
+            (const uint4 *)qkv, stride / per, k_col / per, v_col / per, n_tok, slots,
+            (uint4 *)k_cache, (uint4 *)v_cache, kv_dim / per, n_slots);
+    } else if (es == 2) {
+        int64_t n = n_tok * kv_dim;
+        k_kv_store<uint16_t><<<(unsigned)tk_cdiv(n, 256), 256, 0, st>>>(
+            (const uint16_t *)qkv, stride, k_col, v_col, n_tok, slots, (uint16_t *)k_cache,
+            (uint16_t *)v_cache, kv_dim, n_slots);
+    } else {
+        int64_t n = n_tok * kv_dim;
+        k_kv_store<float><<<(unsigned)tk_cdiv(n, 256), 256, 0, st>>>(
+            (const float *)qkv, stride, k_col, v_col, n_tok, slots, (float *)k_cache,
+            (float *)v_cache, kv_dim, n_slots);
+    }
+    return TK_LAUNCHED();
+}
+
+/* ------------------------------------------------------------ silu_mul, add */
+
+template <typename T>
+static __global__ void k_silu_mul(const T *gu, T *out, int64_t n_tok, int64_t ff)
+{
+    int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id >= n_tok * ff) return;
+    int64_t t = id / ff, i = id % ff;
+    float g = tk_f(gu[t * 2 * ff + i]), u = tk_f(gu[t * 2 * ff + ff + i]);
+    out[id] = tk_from<T>(g / (1.0f + expf(-g)) * u);
+}
+
+extern "C" cudaError_t tk_silu_mul(cudaStream_t st, const void *gate_up, void *out, int adt,
+                                   int64_t n_tok, int64_t ff)
+{
+    int64_t n = n_tok * ff;
+    if (n <= 0) return cudaSuccess;
+    unsigned blocks = (unsigned)tk_cdiv(n, 256);
+    if (adt == TK_BF16)
+        k_silu_mul<bf16><<<blocks, 256, 0, st>>>((const bf16 *)gate_up, (bf16 *)out, n_tok, ff);
+    else
+        k_silu_mul<float><<<blocks, 256, 0, st>>>((const float *)gate_up, (float *)out, n_tok, ff);
+    return TK_LAUNCHED();
+}
+
+template <typename T> static __global__ void k_add(const T *a, const T *b, T *out, int64_t n)
+{
+    int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id < n) out[id] = tk_from<T>(tk_f(a[id]) + tk_f(b[id]));
+}
+
+extern "C" cudaError_t tk_add(cudaStream_t st, const void *a, const void *b, void *out, int adt,
+                              int64_t n)
+{
+    if (n <= 0) return cudaSuccess;
+    unsigned blocks = (unsigned)tk_cdiv(n, 256);
+    if (adt == TK_BF16)
+        k_add<bf16><<<blocks, 256, 0, st>>>((const bf16 *)a, (const bf16 *)b, (bf16 *)out, n);
+    else
+        k_add<float><<<blocks, 256, 0, st>>>((const float *)a, (const float *)b, (float *)out, n);
+    return TK_LAUNCHED();
+}
+
+/* ------------------------------------------------------------ argmax */
+
+static __device__ __forceinline__ void better(float &bv, int64_t &bi, float v, int64_t i)
+{
+    if (v > bv || (v == bv && i < bi)) {
+        bv = v;
+        bi = i;
+    }
+}
+
+static __global__ void k_argmax(const float *logits, int64_t vocab, int32_t *out)
+{
+    __shared__ float sv[32];
+    __shared__ int64_t si[32];
+    const float *row = logits + (int64_t)blockIdx.x * vocab;
+    float bv = -INFINITY;
+    int64_t bi = vocab; /* "none yet": loses every tie */
+    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) better(bv, bi, row[i], i);
+    for (int o = 16; o > 0; o >>= 1) {
+        float v = __shfl_xor_sync(0xffffffffu, bv, o);
+        int64_t j = __shfl_xor_sync(0xffffffffu, bi, o);
+        better(bv, bi, v, j);
+    }
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) {
+        sv[warp] = bv;
+        si[warp] = bi;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++) better(bv, bi, sv[w], si[w]);
+        out[blockIdx.x] = (int32_t)(bi < vocab ? bi : 0); /* all NaN: 0 */
+    }
+}
+
+extern "C" cudaError_t tk_argmax(cudaStream_t st, const float *logits, int64_t n_rows,
+                                 int64_t vocab, int32_t *out)
+{
+    if (n_rows <= 0) return cudaSuccess;
+    k_argmax<<<(unsigned)n_rows, 1024, 0, st>>>(logits, vocab, out);
+    return TK_LAUNCHED();
+}
+
+/* ------------------------------------------------------------ bias add */
+
+static __global__ void k_bias_add(void *y, int ydt, int64_t ys, const void *bias, int bdt,
+                                  int64_t n_out)
+{
+    int64_t t = blockIdx.y;
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < n_out;
+         c += (int64_t)gridDim.x * blockDim.x)
+        tk_st(y, ydt, t * ys + c, tk_ld(y, ydt, t * ys + c) + tk_ld(bias, bdt, c));
+}
+
+extern "C" cudaError_t tk_bias_add(cudaStream_t st, void *y, int ydt, int64_t y_stride,
+                                   const void *bias, int bdt, int64_t n_tok, int64_t n_out)
+{
+    if (n_tok <= 0 || n_out <= 0) return cudaSuccess;
+    dim3 grid((unsigned)(tk_cdiv(n_out, 256) < 64 ? tk_cdiv(n_out, 256) : 64), (unsigned)n_tok);
+    k_bias_add<<<grid, 256, 0, st>>>(y, ydt, y_stride, bias, bdt, n_out);
+    return TK_LAUNCHED();
+}

@@ -1,0 +1,660 @@
+/*
+ * test_ops_cuda.c — every CUDA op against the CPU reference backend on fresh
+ * random inputs (odd sizes, GQA ratios 1/2/4/8, head_dim 64/128, sequences
+ * crossing KV block boundaries, prefill and decode sequences in one ragged
+ * batch, sliding window, softcap), and batch invariance of the
+ * deterministic mode (a sequence alone and inside a larger batch must give
+ * bitwise equal outputs).
+ *
+ * Inputs are rounded to BF16 first, so both backends see the same values
+ * (the CPU computes in F32, the GPU in BF16 with F32 accumulation); outputs
+ * are poisoned with NaN before each run; the error measure is
+ * tu_max_rel_err. Without a CUDA device every test is skipped.
+ */
+#include "testutil.h"
+
+#include "backend/backend.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TOL_BF16 1.5e-2
+#define TOL_F32 1e-5
+
+static struct tern_backend *cpu, *gpu, *gpu_det;
+static uint64_t rng;
+
+static float frand(void) /* uniform in [-1, 1), never exactly zero-filled */
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) & 0xffffff) / (float)(1 << 23) - 1.0f;
+}
+
+static float bfr(float f) { return tern_bf16_to_f32(tern_f32_to_bf16(f)); }
+
+static float *rand_vec(size_t n, float scale)
+{
+    float *v = tern_malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++) v[i] = bfr(frand() * scale);
+    return v;
+}
+
+/* ---- buffers on both backends, freed at the end of each test ---- */
+
+static struct {
+    struct tern_backend *be;
+    struct tern_buf *buf;
+} live[512];
+static int n_live;
+
+static void free_all(void)
+{
+    for (int i = 0; i < n_live; i++) live[i].be->ops->buf_free(live[i].be, live[i].buf);
+    n_live = 0;
+}
+
+static struct tern_dtensor dt_new(struct tern_backend *be, enum tern_dtype dt, int nd,
+                                  const int64_t *shape)
+{
+    struct tern_dtensor t;
+    if (tern_dtensor_alloc(be, dt, nd, shape, &t) != TERN_OK) fail_msg("%s", tern_last_error());
+    assert_true(n_live < 512);
+    live[n_live].be = be;
+    live[n_live++].buf = t.buf;
+    return t;
+}
+
+/* Uploads n floats converted to the tensor's dtype (or I32 values as given). */
+static void put(struct tern_backend *be, struct tern_dtensor *t, const float *v)
+{
+    size_t n = tern_dtensor_numel(t), es = tern_dtype_size(t->dtype);
+    unsigned char *b = tern_malloc(n * es);
+    for (size_t i = 0; i < n; i++) {
+        if (t->dtype == TERN_DTYPE_F32) memcpy(b + 4 * i, &v[i], 4);
+        else if (t->dtype == TERN_DTYPE_BF16) ((uint16_t *)b)[i] = tern_f32_to_bf16(v[i]);
+        else if (t->dtype == TERN_DTYPE_F16) ((uint16_t *)b)[i] = tern_f32_to_f16(v[i]);
+        else fail_msg("put: dtype %s", tern_dtype_name(t->dtype));
+    }
+    if (be->ops->upload(be, t, b, n * es) != TERN_OK) fail_msg("%s", tern_last_error());
+    tern_free(b);
+}
+
+static struct tern_dtensor mk(struct tern_backend *be, enum tern_dtype dt, int nd,
+                              const int64_t *shape, const float *v)
+{
+    struct tern_dtensor t = dt_new(be, dt, nd, shape);
+    put(be, &t, v);
+    return t;
+}
+
+static struct tern_dtensor mk_i32(struct tern_backend *be, int64_t n, const int32_t *v)
+{
+    int64_t shape[1] = {n > 0 ? n : 1};
+    struct tern_dtensor t = dt_new(be, TERN_DTYPE_I32, 1, shape);
+    if (n > 0 && be->ops->upload(be, &t, v, (size_t)n * 4) != TERN_OK)
+        fail_msg("%s", tern_last_error());
+    t.shape[0] = n;
+    return t;
+}
+
+/* A NaN-filled output tensor. */
+static struct tern_dtensor mk_out(struct tern_backend *be, enum tern_dtype dt, int nd,
+                                  const int64_t *shape)
+{
+    struct tern_dtensor t = dt_new(be, dt, nd, shape);
+    size_t n = tern_dtensor_numel(&t);
+    float *nan = tern_malloc(n * sizeof *nan);
+    for (size_t i = 0; i < n; i++) nan[i] = NAN;
+    put(be, &t, nan);
+    tern_free(nan);
+    return t;
+}
+
+static float *get(struct tern_backend *be, const struct tern_dtensor *t)
+{
+    size_t n = tern_dtensor_numel(t), es = tern_dtype_size(t->dtype);
+    void *b = tern_malloc(n * es + 1);
+    float *f = tern_malloc(n * sizeof *f + 1);
+    if (be->ops->download(be, b, t, n * es) != TERN_OK) fail_msg("%s", tern_last_error());
+    tern_to_f32(t->dtype, b, f, n);
+    tern_free(b);
+    return f;
+}
+
+static void ok(enum tern_status st)
+{
+    if (st != TERN_OK) fail_msg("%s: %s", tern_status_str(st), tern_last_error());
+}
+
+/* Compares and frees both arrays. */
+static void expect_close(const char *what, float *g, float *c, size_t n, double tol)
+{
+    for (size_t i = 0; i < n; i++)
+        if (isnan(g[i]) || isnan(c[i])) fail_msg("%s: NaN at %zu (gpu %g cpu %g)", what, i, g[i], c[i]);
+    double e = tu_max_rel_err(g, c, n);
+    printf("  %-48s rel err %.2e\n", what, e);
+    if (!(e <= tol)) fail_msg("%s: relative error %.3e > %.1e", what, e, tol);
+    tern_free(g);
+    tern_free(c);
+}
+
+#define NEED_GPU()                                                                                 \
+    do {                                                                                           \
+        if (!gpu) skip();                                                                          \
+    } while (0)
+
+/* ------------------------------------------------------------ row ops */
+
+static void test_get_rows(void **state)
+{
+    NEED_GPU();
+    enum tern_dtype tdts[3] = {TERN_DTYPE_F32, TERN_DTYPE_F16, TERN_DTYPE_BF16};
+    int64_t rows = 57, width = 301, n = 13;
+    for (int k = 0; k < 3; k++) {
+        float *tv = rand_vec((size_t)(rows * width), 2.0f);
+        int32_t idx[13];
+        for (int i = 0; i < n; i++) idx[i] = (int32_t)((rng >> 20) % rows), frand();
+        int64_t ts[2] = {rows, width}, os[2] = {n, width};
+        struct tern_linear lc = {.weight = mk(cpu, tdts[k], 2, ts, tv), .in_features = width,
+                                 .out_features = rows};
+        struct tern_linear lg = lc;
+        lg.weight = mk(gpu, tdts[k], 2, ts, tv);
+        struct tern_dtensor ic = mk_i32(cpu, n, idx), ig = mk_i32(gpu, n, idx);
+        for (int odt = 0; odt < 2; odt++) {
+            enum tern_dtype od = odt ? TERN_DTYPE_BF16 : TERN_DTYPE_F32;
+            struct tern_dtensor oc = mk_out(cpu, TERN_DTYPE_F32, 2, os), og = mk_out(gpu, od, 2, os);
+            ok(cpu->ops->get_rows(cpu, &lc, &ic, &oc));
+            ok(gpu->ops->get_rows(gpu, &lg, &ig, &og));
+            char name[64];
+            snprintf(name, sizeof name, "get_rows %s -> %s", tern_dtype_name(tdts[k]),
+                     tern_dtype_name(od));
+            expect_close(name, get(gpu, &og), get(cpu, &oc), (size_t)(n * width),
+                         odt ? TOL_BF16 : TOL_F32);
+        }
+        tern_free(tv);
+        free_all();
+    }
+}
+
+static void test_rmsnorm(void **state)
+{
+    NEED_GPU();
+    int64_t dims[4] = {64, 128, 1000, 4096};
+    for (int k = 0; k < 4; k++)
+        for (int f32 = 0; f32 < 2; f32++) {
+            int64_t rows = 7, dim = dims[k], s[2] = {rows, dim}, ws[1] = {dim};
+            enum tern_dtype adt = f32 ? TERN_DTYPE_F32 : TERN_DTYPE_BF16;
+            float *x = rand_vec((size_t)(rows * dim), 3.0f), *w = rand_vec((size_t)dim, 1.5f);
+            float *r = rand_vec((size_t)(rows * dim), 3.0f);
+            struct tern_dtensor xc = mk(cpu, TERN_DTYPE_F32, 2, s, x), xg = mk(gpu, adt, 2, s, x);
+            struct tern_dtensor wc = mk(cpu, TERN_DTYPE_BF16, 1, ws, w);
+            struct tern_dtensor wg = mk(gpu, TERN_DTYPE_BF16, 1, ws, w);
+            struct tern_dtensor oc = mk_out(cpu, TERN_DTYPE_F32, 2, s), og = mk_out(gpu, adt, 2, s);
+            ok(cpu->ops->rmsnorm(cpu, &xc, &wc, 1e-5f, &oc));
+            ok(gpu->ops->rmsnorm(gpu, &xg, &wg, 1e-5f, &og));
+            char name[64];
+            snprintf(name, sizeof name, "rmsnorm dim %lld %s", (long long)dim, tern_dtype_name(adt));
+            double tol = f32 ? TOL_F32 : TOL_BF16;
+            expect_close(name, get(gpu, &og), get(cpu, &oc), (size_t)(rows * dim), tol);
+            /* Fused residual add + norm. */
+            struct tern_dtensor rc = mk(cpu, TERN_DTYPE_F32, 2, s, r), rg = mk(gpu, adt, 2, s, r);
+            oc = mk_out(cpu, TERN_DTYPE_F32, 2, s);
+            og = mk_out(gpu, adt, 2, s);
+            ok(cpu->ops->add_rmsnorm(cpu, &rc, &xc, &wc, 1e-6f, &oc));
+            ok(gpu->ops->add_rmsnorm(gpu, &rg, &xg, &wg, 1e-6f, &og));
+            snprintf(name, sizeof name, "add_rmsnorm dim %lld %s: residual", (long long)dim,
+                     tern_dtype_name(adt));
+            expect_close(name, get(gpu, &rg), get(cpu, &rc), (size_t)(rows * dim), tol);
+            snprintf(name, sizeof name, "add_rmsnorm dim %lld %s: out", (long long)dim,
+                     tern_dtype_name(adt));
+            expect_close(name, get(gpu, &og), get(cpu, &oc), (size_t)(rows * dim), tol);
+            tern_free(x);
+            tern_free(w);
+            tern_free(r);
+            free_all();
+        }
+}
+
+static void test_head_rmsnorm_rope(void **state)
+{
+    NEED_GPU();
+    struct {
+        int hd, rot, inter, n_heads, x_col;
+        float mscale;
+    } cs[4] = {{64, 64, 0, 3, 64, 1.0f}, {128, 128, 1, 5, 256, 1.0f},
+               {128, 64, 0, 2, 0, 1.2f}, {64, 32, 1, 7, 128, 0.9f}};
+    for (int k = 0; k < 4; k++) {
+        int64_t T = 9, width = cs[k].x_col + (int64_t)cs[k].n_heads * cs[k].hd + 40;
+        int64_t s[2] = {T, width}, hs[1] = {cs[k].hd}, fs[1] = {cs[k].rot / 2};
+        float *x = rand_vec((size_t)(T * width), 2.0f), *w = rand_vec((size_t)cs[k].hd, 1.0f);
+        float *inv = tern_malloc(sizeof(float) * (size_t)(cs[k].rot / 2));
+        for (int i = 0; i < cs[k].rot / 2; i++) inv[i] = powf(10000.0f, -2.0f * i / cs[k].rot);
+        int32_t pos[9];
+        for (int i = 0; i < T; i++) pos[i] = (int32_t)((rng >> 11) % 5000), frand();
+        struct tern_dtensor xc = mk(cpu, TERN_DTYPE_F32, 2, s, x), xg = mk(gpu, TERN_DTYPE_BF16, 2, s, x);
+        struct tern_dtensor wc = mk(cpu, TERN_DTYPE_BF16, 1, hs, w), wg = mk(gpu, TERN_DTYPE_BF16, 1, hs, w);
+        struct tern_dtensor pc = mk_i32(cpu, T, pos), pg = mk_i32(gpu, T, pos);
+        struct tern_rope rc = {.head_dim = cs[k].hd, .rotary_dim = cs[k].rot,
+                               .interleaved = cs[k].inter, .mscale = cs[k].mscale,
+                               .inv_freq = mk(cpu, TERN_DTYPE_F32, 1, fs, inv)};
+        struct tern_rope rg = rc;
+        rg.inv_freq = mk(gpu, TERN_DTYPE_F32, 1, fs, inv);
+        ok(cpu->ops->head_rmsnorm(cpu, &xc, cs[k].x_col, cs[k].n_heads, cs[k].hd, &wc, 1e-6f));
+        ok(gpu->ops->head_rmsnorm(gpu, &xg, cs[k].x_col, cs[k].n_heads, cs[k].hd, &wg, 1e-6f));
+        char name[80];
+        snprintf(name, sizeof name, "head_rmsnorm hd %d heads %d", cs[k].hd, cs[k].n_heads);
+        expect_close(name, get(gpu, &xg), get(cpu, &xc), (size_t)(T * width), TOL_BF16);
+        /* Rope on fresh values (the normed ones are already rounded differently). */
+        put(cpu, &xc, x);
+        put(gpu, &xg, x);
+        ok(cpu->ops->rope(cpu, &xc, cs[k].x_col, cs[k].n_heads, &pc, &rc));
+        ok(gpu->ops->rope(gpu, &xg, cs[k].x_col, cs[k].n_heads, &pg, &rg));
+        snprintf(name, sizeof name, "rope hd %d rot %d %s", cs[k].hd, cs[k].rot,
+                 cs[k].inter ? "interleaved" : "rotate-half");
+        expect_close(name, get(gpu, &xg), get(cpu, &xc), (size_t)(T * width), TOL_BF16);
+        /* F32 activations on the GPU: exact up to sin/cos rounding. */
+        struct tern_dtensor xf = mk(gpu, TERN_DTYPE_F32, 2, s, x);
+        ok(gpu->ops->rope(gpu, &xf, cs[k].x_col, cs[k].n_heads, &pg, &rg));
+        snprintf(name, sizeof name, "rope hd %d rot %d f32", cs[k].hd, cs[k].rot);
+        expect_close(name, get(gpu, &xf), get(cpu, &xc), (size_t)(T * width), 1e-5);
+        tern_free(x);
+        tern_free(w);
+        tern_free(inv);
+        free_all();
+    }
+}
+
+static void test_elementwise(void **state)
+{
+    NEED_GPU();
+    int64_t T = 11, ff = 1377, s2[2] = {T, 2 * ff}, s1[2] = {T, ff};
+    float *gu = rand_vec((size_t)(T * 2 * ff), 4.0f), *b = rand_vec((size_t)(T * ff), 2.0f);
+    struct tern_dtensor gc = mk(cpu, TERN_DTYPE_F32, 2, s2, gu), gg = mk(gpu, TERN_DTYPE_BF16, 2, s2, gu);
+    struct tern_dtensor oc = mk_out(cpu, TERN_DTYPE_F32, 2, s1), og = mk_out(gpu, TERN_DTYPE_BF16, 2, s1);
+    ok(cpu->ops->silu_mul(cpu, &gc, &oc));
+    ok(gpu->ops->silu_mul(gpu, &gg, &og));
+    expect_close("silu_mul", get(gpu, &og), get(cpu, &oc), (size_t)(T * ff), TOL_BF16);
+    struct tern_dtensor bc = mk(cpu, TERN_DTYPE_F32, 2, s1, b), bg = mk(gpu, TERN_DTYPE_BF16, 2, s1, b);
+    struct tern_dtensor ac = mk_out(cpu, TERN_DTYPE_F32, 2, s1), ag = mk_out(gpu, TERN_DTYPE_BF16, 2, s1);
+    ok(cpu->ops->add(cpu, &oc, &bc, &ac));
+    ok(gpu->ops->add(gpu, &og, &bg, &ag));
+    expect_close("add", get(gpu, &ag), get(cpu, &ac), (size_t)(T * ff), TOL_BF16);
+
+    int64_t n = 3, V = 50021, ls[2] = {n, V}, is[1] = {n};
+    float *lg = rand_vec((size_t)(n * V), 10.0f);
+    lg[1 * V + 777] = 20.0f; /* a tie: the first index wins */
+    lg[1 * V + 40000] = 20.0f;
+    struct tern_dtensor lc = mk(cpu, TERN_DTYPE_F32, 2, ls, lg), lgd = mk(gpu, TERN_DTYPE_F32, 2, ls, lg);
+    struct tern_dtensor mc = dt_new(cpu, TERN_DTYPE_I32, 1, is), mg = dt_new(gpu, TERN_DTYPE_I32, 1, is);
+    ok(cpu->ops->argmax(cpu, &lc, &mc));
+    ok(gpu->ops->argmax(gpu, &lgd, &mg));
+    int32_t rc[3], rg[3];
+    ok(cpu->ops->download(cpu, rc, &mc, sizeof rc));
+    ok(gpu->ops->download(gpu, rg, &mg, sizeof rg));
+    for (int i = 0; i < n; i++) assert_int_equal(rg[i], rc[i]);
+    assert_int_equal(rg[1], 777);
+    tern_free(gu);
+    tern_free(b);
+    tern_free(lg);
+    free_all();
+}
+
+/* ------------------------------------------------------------ matmul */
+
+struct mm_case {
+    int64_t T, in, out, y_col, y_pad;
+    enum tern_dtype wdt, ydt;
+    bool bias;
+};
+
+static void run_matmul(const struct mm_case *m)
+{
+    int64_t width = m->y_col + m->out + m->y_pad;
+    int64_t xs[2] = {m->T, m->in}, ws[2] = {m->out, m->in}, bs[1] = {m->out}, ys[2] = {m->T, width};
+    float *x = rand_vec((size_t)(m->T * m->in), 1.0f), *w = rand_vec((size_t)(m->out * m->in), 1.0f);
+    float *b = rand_vec((size_t)m->out, 1.0f);
+    struct tern_linear lc = {.weight = mk(cpu, m->wdt, 2, ws, w), .in_features = m->in,
+                             .out_features = m->out};
+    struct tern_linear lg = lc;
+    lg.weight = mk(gpu, m->wdt, 2, ws, w);
+    if (m->bias) {
+        lc.bias = mk(cpu, TERN_DTYPE_BF16, 1, bs, b);
+        lg.bias = mk(gpu, TERN_DTYPE_BF16, 1, bs, b);
+    }
+    struct tern_dtensor xc = mk(cpu, TERN_DTYPE_F32, 2, xs, x), xg = mk(gpu, TERN_DTYPE_BF16, 2, xs, x);
+    struct tern_dtensor yc = mk_out(cpu, TERN_DTYPE_F32, 2, ys), yg = mk_out(gpu, m->ydt, 2, ys);
+    ok(cpu->ops->matmul(cpu, &xc, &lc, &yc, m->y_col));
+    ok(gpu->ops->matmul(gpu, &xg, &lg, &yg, m->y_col));
+    float *gv = get(gpu, &yg), *cv = get(cpu, &yc);
+    /* Columns outside the slice must still hold the poison. */
+    for (int64_t t = 0; t < m->T; t++)
+        for (int64_t c = 0; c < width; c++) {
+            bool in_slice = c >= m->y_col && c < m->y_col + m->out;
+            if (!in_slice && !isnan(gv[t * width + c]))
+                fail_msg("matmul wrote outside its slice at [%lld, %lld]", (long long)t, (long long)c);
+        }
+    size_t n = (size_t)(m->T * m->out);
+    float *g = tern_malloc(n * sizeof *g), *c = tern_malloc(n * sizeof *c);
+    for (int64_t t = 0; t < m->T; t++) {
+        memcpy(g + t * m->out, gv + t * width + m->y_col, (size_t)m->out * sizeof *g);
+        memcpy(c + t * m->out, cv + t * width + m->y_col, (size_t)m->out * sizeof *c);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "matmul T %lld in %lld out %lld w %s y %s%s", (long long)m->T,
+             (long long)m->in, (long long)m->out, tern_dtype_name(m->wdt), tern_dtype_name(m->ydt),
+             m->bias ? " +bias" : "");
+    expect_close(name, g, c, n, m->ydt == TERN_DTYPE_F32 ? 2e-5 : TOL_BF16);
+    tern_free(gv);
+    tern_free(cv);
+    tern_free(x);
+    tern_free(w);
+    tern_free(b);
+    free_all();
+}
+
+static void test_matmul(void **state)
+{
+    NEED_GPU();
+    const enum tern_dtype B = TERN_DTYPE_BF16, F = TERN_DTYPE_F32;
+    struct mm_case cs[] = {
+        {1, 4096, 300, 0, 0, B, F, false},     {1, 1024, 1000, 64, 24, B, B, true},
+        {3, 256, 1000, 0, 8, B, F, true},      {8, 1024, 513, 8, 7, B, B, false},
+        {5, 1000, 77, 0, 0, B, F, false},      {9, 512, 256, 0, 0, B, B, true},
+        {33, 768, 1024, 128, 64, B, F, true},  {130, 4096, 384, 0, 0, B, B, false},
+        {257, 1024, 2048, 1024, 0, B, F, false}, {4, 100, 50, 3, 1, B, F, true},
+        {2, 96, 40, 0, 0, F, F, false},        {40, 96, 64, 0, 0, TERN_DTYPE_F16, B, true},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_matmul(&cs[i]);
+}
+
+/* ------------------------------------------------------------ attention */
+
+#define BS 16
+#define MAX_SEQS 8
+
+struct attn_world {
+    int n_seqs, ctx[MAX_SEQS], q_len[MAX_SEQS];
+    int H, KVH, D, window;
+    float softcap;
+    int max_blocks, n_blocks;
+    int32_t *tables;  /* [n_seqs, max_blocks] physical blocks */
+    float *qkv[MAX_SEQS]; /* [ctx + q_len, width] per sequence */
+    struct tern_kv_layer kv_c, kv_g, kv_d;
+};
+
+static int64_t world_width(const struct attn_world *w) { return (int64_t)(w->H + 2 * w->KVH) * w->D; }
+
+/* Builds a tern_batch (+ its device copy on `be`) of the given sequences: if
+ * `all_tokens`, every position of each sequence (to fill the cache), else
+ * the last q_len tokens. qkv rows are gathered into *rows. */
+struct built {
+    struct tern_batch h;
+    struct tern_batch_dev d;
+    int32_t tok[4096], pos[4096], qs[MAX_SEQS + 1], lens[MAX_SEQS], slots[4096];
+    int32_t bt[MAX_SEQS * 64];
+};
+
+static float *build(struct tern_backend *be, const struct attn_world *w, const int *sel, int n_sel,
+                    bool all_tokens, struct built *b)
+{
+    int64_t width = world_width(w);
+    int T = 0, max_q = 0, max_l = 0;
+    for (int i = 0; i < n_sel; i++) {
+        int s = sel[i], L = w->ctx[s] + w->q_len[s], first = all_tokens ? 0 : w->ctx[s];
+        b->qs[i] = T;
+        b->lens[i] = L;
+        for (int p = first; p < L; p++, T++) {
+            b->tok[T] = 1;
+            b->pos[T] = p;
+            b->slots[T] = w->tables[s * w->max_blocks + p / BS] * BS + p % BS;
+        }
+        max_q = T - b->qs[i] > max_q ? T - b->qs[i] : max_q;
+        max_l = L > max_l ? L : max_l;
+        memcpy(b->bt + i * w->max_blocks, w->tables + s * w->max_blocks,
+               sizeof(int32_t) * (size_t)w->max_blocks);
+    }
+    b->qs[n_sel] = T;
+    float *rows = tern_malloc(sizeof(float) * (size_t)(T * width) + 1);
+    for (int i = 0, t = 0; i < n_sel; i++) {
+        int s = sel[i];
+        for (int r = b->qs[i]; r < b->qs[i + 1]; r++, t++)
+            memcpy(rows + (int64_t)t * width, w->qkv[s] + (int64_t)b->pos[r] * width,
+                   sizeof(float) * (size_t)width);
+    }
+    b->h = (struct tern_batch){.n_tokens = T, .n_seqs = n_sel, .max_blocks_per_seq = w->max_blocks,
+                               .token_ids = b->tok, .positions = b->pos, .query_start = b->qs,
+                               .seq_lens = b->lens, .block_tables = b->bt, .slot_mapping = b->slots};
+    b->d = (struct tern_batch_dev){.host = &b->h, .block_size = BS, .max_q_len = max_q,
+                                   .max_seq_len = max_l};
+    b->d.token_ids = mk_i32(be, T, b->tok);
+    b->d.positions = mk_i32(be, T, b->pos);
+    b->d.query_start = mk_i32(be, n_sel + 1, b->qs);
+    b->d.seq_lens = mk_i32(be, n_sel, b->lens);
+    b->d.block_tables = mk_i32(be, n_sel * w->max_blocks, b->bt);
+    b->d.slot_mapping = mk_i32(be, T, b->slots);
+    return rows;
+}
+
+static struct tern_kv_layer kv_new(struct tern_backend *be, const struct attn_world *w)
+{
+    int64_t s[4] = {w->n_blocks, BS, w->KVH, w->D};
+    enum tern_dtype dt = be->kv_dtype;
+    struct tern_kv_layer kv = {.k = mk_out(be, dt, 4, s), .v = mk_out(be, dt, 4, s)};
+    return kv;
+}
+
+/* Stores every position of every sequence into be's cache. */
+static void world_fill(struct tern_backend *be, struct attn_world *w, struct tern_kv_layer *kv)
+{
+    int sel[MAX_SEQS];
+    for (int i = 0; i < w->n_seqs; i++) sel[i] = i;
+    struct built *b = tern_calloc(1, sizeof *b);
+    float *rows = build(be, w, sel, w->n_seqs, true, b);
+    int64_t s[2] = {b->h.n_tokens, world_width(w)};
+    struct tern_dtensor q = mk(be, be->act_dtype, 2, s, rows);
+    ok(be->ops->kv_store(be, &q, (int64_t)w->H * w->D, (int64_t)(w->H + w->KVH) * w->D, &b->d, kv));
+    tern_free(rows);
+    tern_free(b);
+}
+
+/* Attention of the selected sequences' query tokens; returns [T, H*D] floats. */
+static float *world_attend(struct tern_backend *be, const struct attn_world *w,
+                           const struct tern_kv_layer *kv, const int *sel, int n_sel, int *n_tok)
+{
+    struct built *b = tern_calloc(1, sizeof *b);
+    float *rows = build(be, w, sel, n_sel, false, b);
+    int64_t T = b->h.n_tokens, s[2] = {T, world_width(w)}, os[2] = {T, (int64_t)w->H * w->D};
+    struct tern_dtensor q = mk(be, be->act_dtype, 2, s, rows);
+    struct tern_dtensor o = mk_out(be, be->act_dtype, 2, os);
+    struct tern_attn_params p = {.n_heads = w->H, .n_kv_heads = w->KVH, .head_dim = w->D,
+                                 .scale = 1.0f / sqrtf((float)w->D),
+                                 .sliding_window = w->window, .softcap = w->softcap};
+    ok(be->ops->attention(be, &q, kv, &b->d, &p, &o));
+    float *out = get(be, &o);
+    *n_tok = (int)T;
+    tern_free(rows);
+    tern_free(b);
+    return out;
+}
+
+static void world_init(struct attn_world *w, int H, int KVH, int D, int window, float softcap,
+                       int n_seqs, const int *ctx, const int *q_len)
+{
+    memset(w, 0, sizeof *w);
+    w->H = H, w->KVH = KVH, w->D = D, w->window = window, w->softcap = softcap;
+    w->n_seqs = n_seqs;
+    int total = 0, maxb = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        w->ctx[s] = ctx[s];
+        w->q_len[s] = q_len[s];
+        int nb = (ctx[s] + q_len[s] + BS - 1) / BS;
+        total += nb;
+        maxb = nb > maxb ? nb : maxb;
+    }
+    w->max_blocks = maxb;
+    w->n_blocks = total + 5;
+    /* A shuffled pool: logical blocks land on scattered physical blocks. */
+    int32_t *perm = tern_malloc(sizeof(int32_t) * (size_t)w->n_blocks);
+    for (int i = 0; i < w->n_blocks; i++) perm[i] = i;
+    for (int i = w->n_blocks - 1; i > 0; i--) {
+        frand();
+        int j = (int)((rng >> 17) % (uint64_t)(i + 1));
+        int32_t t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    w->tables = tern_calloc((size_t)(n_seqs * maxb), sizeof(int32_t));
+    for (int s = 0, k = 0; s < n_seqs; s++)
+        for (int j = 0; j < (ctx[s] + q_len[s] + BS - 1) / BS; j++) w->tables[s * maxb + j] = perm[k++];
+    tern_free(perm);
+    for (int s = 0; s < n_seqs; s++)
+        w->qkv[s] = rand_vec((size_t)((ctx[s] + q_len[s]) * world_width(w)), 2.0f);
+}
+
+static void world_free(struct attn_world *w)
+{
+    for (int s = 0; s < w->n_seqs; s++) tern_free(w->qkv[s]);
+    tern_free(w->tables);
+    free_all();
+}
+
+static void test_attention(void **state)
+{
+    NEED_GPU();
+    struct {
+        int H, KVH, D, window;
+        float softcap;
+    } cs[] = {{8, 8, 64, 0, 0}, {8, 4, 128, 0, 0}, {16, 4, 64, 37, 0}, {32, 4, 128, 0, 30.0f},
+              {8, 1, 128, 100, 0}, {12, 6, 64, 0, 0}};
+    /* prefill from scratch, decode, chunked prefill, long decode, short chunk, decode */
+    int ctx[6] = {0, 50, 17, 300, 5, 129}, ql[6] = {37, 1, 70, 1, 2, 1};
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        struct attn_world w;
+        world_init(&w, cs[k].H, cs[k].KVH, cs[k].D, cs[k].window, cs[k].softcap, 6, ctx, ql);
+        struct tern_kv_layer kc = kv_new(cpu, &w), kg = kv_new(gpu, &w);
+        world_fill(cpu, &w, &kc);
+        world_fill(gpu, &w, &kg);
+        /* The written slots of both caches agree. */
+        float *ck = get(cpu, &kc.k), *gk = get(gpu, &kg.k), *cv = get(cpu, &kc.v), *gv = get(gpu, &kg.v);
+        int64_t row = (int64_t)w.KVH * w.D;
+        for (int s = 0; s < w.n_seqs; s++)
+            for (int p = 0; p < w.ctx[s] + w.q_len[s]; p++) {
+                int64_t slot = (int64_t)w.tables[s * w.max_blocks + p / BS] * BS + p % BS;
+                for (int64_t e = 0; e < row; e++)
+                    if (ck[slot * row + e] != gk[slot * row + e] || cv[slot * row + e] != gv[slot * row + e])
+                        fail_msg("kv_store: slot %lld element %lld differs", (long long)slot, (long long)e);
+            }
+        tern_free(ck), tern_free(gk), tern_free(cv), tern_free(gv);
+        int sel[6] = {0, 1, 2, 3, 4, 5}, tc, tg;
+        float *oc = world_attend(cpu, &w, &kc, sel, 6, &tc);
+        float *og = world_attend(gpu, &w, &kg, sel, 6, &tg);
+        char name[96];
+        snprintf(name, sizeof name, "attention H %d KVH %d D %d window %d softcap %g", w.H, w.KVH,
+                 w.D, w.window, (double)w.softcap);
+        expect_close(name, og, oc, (size_t)tc * (size_t)(w.H * w.D), 2e-2);
+        world_free(&w);
+    }
+}
+
+/* ------------------------------------------------------------ batch invariance */
+
+static void test_batch_invariance(void **state)
+{
+    NEED_GPU();
+    /* matmul: row 5 alone, within 3 rows, within 37 rows, within 300 rows. */
+    int64_t in = 1024, out = 768, Ts[4] = {1, 3, 37, 300};
+    float *x = rand_vec((size_t)(300 * in), 1.0f), *wv = rand_vec((size_t)(out * in), 1.0f);
+    int64_t ws[2] = {out, in};
+    struct tern_linear l = {.weight = mk(gpu_det, TERN_DTYPE_BF16, 2, ws, wv), .in_features = in,
+                            .out_features = out};
+    for (int yk = 0; yk < 2; yk++) {
+        enum tern_dtype ydt = yk ? TERN_DTYPE_F32 : TERN_DTYPE_BF16;
+        float *ref = NULL;
+        for (int k = 0; k < 4; k++) {
+            int64_t T = Ts[k], r = T == 1 ? 0 : T == 3 ? 1 : 5;
+            float *xb = tern_malloc(sizeof(float) * (size_t)(T * in));
+            memcpy(xb, x + (5 - r) * in, sizeof(float) * (size_t)(T * in)); /* row r = x[5] */
+            int64_t xs[2] = {T, in}, ys[2] = {T, out};
+            struct tern_dtensor xt = mk(gpu_det, TERN_DTYPE_BF16, 2, xs, xb);
+            struct tern_dtensor yt = mk_out(gpu_det, ydt, 2, ys);
+            ok(gpu_det->ops->matmul(gpu_det, &xt, &l, &yt, 0));
+            float *y = get(gpu_det, &yt);
+            if (!ref) {
+                ref = tern_malloc(sizeof(float) * (size_t)out);
+                memcpy(ref, y, sizeof(float) * (size_t)out);
+            } else if (memcmp(ref, y + r * out, sizeof(float) * (size_t)out) != 0) {
+                fail_msg("deterministic matmul (y %s): row alone differs from the row in a "
+                         "batch of %lld", tern_dtype_name(ydt), (long long)T);
+            }
+            tern_free(y);
+            tern_free(xb);
+        }
+        printf("  matmul y %s: row bitwise equal alone and in batches of 3, 37, 300\n",
+               tern_dtype_name(ydt));
+        tern_free(ref);
+    }
+    tern_free(x);
+    tern_free(wv);
+    free_all();
+
+    /* attention: a decode and a prefill sequence alone vs inside a batch. */
+    int ctx[5] = {700, 40, 90, 3, 1000}, ql[5] = {1, 30, 1, 64, 1};
+    struct attn_world w;
+    world_init(&w, 16, 4, 128, 0, 0, 5, ctx, ql);
+    struct tern_kv_layer kd = kv_new(gpu_det, &w);
+    world_fill(gpu_det, &w, &kd);
+    int64_t hw = (int64_t)w.H * w.D;
+    int solo_d[1] = {0}, solo_p[1] = {1}, all[5] = {2, 3, 0, 4, 1}, t1, t2, t3;
+    float *od = world_attend(gpu_det, &w, &kd, solo_d, 1, &t1);
+    float *op = world_attend(gpu_det, &w, &kd, solo_p, 1, &t2);
+    float *oa = world_attend(gpu_det, &w, &kd, all, 5, &t3);
+    /* In `all`, seq 0 is token 1 + 64 = 65; seq 1 starts at 65 + 1 + 1 = 67. */
+    if (memcmp(od, oa + 65 * hw, sizeof(float) * (size_t)hw) != 0)
+        fail_msg("deterministic attention: decode sequence differs alone vs in a batch");
+    if (memcmp(op, oa + 67 * hw, sizeof(float) * (size_t)(30 * hw)) != 0)
+        fail_msg("deterministic attention: prefill sequence differs alone vs in a batch");
+    printf("  attention: decode and prefill sequences bitwise equal alone and in a batch of 5\n");
+    tern_free(od), tern_free(op), tern_free(oa);
+    world_free(&w);
+}
+
+static int group_setup(void **state)
+{
+    rng = (uint64_t)time(NULL) * 2654435761u + 12345u;
+    if (getenv("TERN_TEST_SEED")) rng = strtoull(getenv("TERN_TEST_SEED"), NULL, 10);
+    printf("seed %llu (TERN_TEST_SEED to repeat)\n", (unsigned long long)rng);
+    struct tern_backend_params p = {.device = TERN_DEVICE_CPU};
+    ok(tern_backend_create(&p, &cpu));
+    if (!tern_backend_cuda_available()) {
+        printf("skipped: no CUDA device\n");
+        return 0;
+    }
+    p.device = TERN_DEVICE_CUDA;
+    ok(tern_backend_create(&p, &gpu));
+    p.deterministic = true;
+    ok(tern_backend_create(&p, &gpu_det));
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    tern_backend_destroy(gpu_det);
+    tern_backend_destroy(gpu);
+    tern_backend_destroy(cpu);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_get_rows),         cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_head_rmsnorm_rope), cmocka_unit_test(test_elementwise),
+        cmocka_unit_test(test_matmul),           cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_batch_invariance),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
