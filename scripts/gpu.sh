@@ -12,8 +12,8 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 BIN=.gpu-carry
-if command -v pkg-config >/dev/null && pkg-config --exists jansson libpcre2-8 libutf8proc &&
-   ls /usr/include/cmocka.h >/dev/null 2>&1; then
+if [ "${GPU_BUILD:-1}" = 1 ] && command -v pkg-config >/dev/null &&
+   pkg-config --exists jansson libpcre2-8 libutf8proc && ls /usr/include/cmocka.h >/dev/null 2>&1; then
   echo "== building build/gpu on the device"
   if cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DTERN_CUDA=ON \
        -DCMAKE_CUDA_ARCHITECTURES=90a >"$OUT/build.log" 2>&1 &&
@@ -24,6 +24,8 @@ if command -v pkg-config >/dev/null && pkg-config --exists jansson libpcre2-8 li
     echo "device build failed (see build.log); using carried binaries"
   fi
 else
+  echo "== not building here (GPU_BUILD=${GPU_BUILD:-1}); pkg-config: $(command -v pkg-config || echo none);" \
+    "jansson/pcre2/utf8proc: $(pkg-config --exists jansson libpcre2-8 libutf8proc 2>/dev/null && echo yes || echo no)"
   echo "== no build deps here (pkg-config/jansson/pcre2/utf8proc/cmocka); using carried binaries"
 fi
 export LD_LIBRARY_PATH=$PWD/.gpu-carry:$LD_LIBRARY_PATH
