@@ -2,8 +2,8 @@
  * cuda_attn_prefill.cu — causal attention for sequences with more than one
  * query token, FlashAttention-2 style, over the paged KV cache.
  *
- * One block (4 warps) per (64-query tile, query head, sequence); warp w owns
- * query rows [16w, 16w + 16) of the tile. K/V tiles of 64 keys are gathered
+ * One block per (query tile of 64 or 128 rows, query head, sequence); warp w
+ * owns query rows [16w, 16w + 16) of the tile. K/V tiles of 64 keys are gathered
  * through the block table with cp.async (zero-filled past the causal end so
  * unwritten cache memory never reaches the arithmetic) into a double buffer,
  * so the next tile loads while this one is multiplied. S = Q K^T and O += P V
@@ -18,14 +18,12 @@
  * p = 0), so a row's result does not depend on the tile's other rows.
  *
  * shared memory (D = head dim, P = D + 8):
- *   sQ [64][P] | sK [2][64][P] | sV [2][64][P]    (bf16)
+ *   sQ [BR][P] | sK [2][64][P] | sV [2][64][P]    (bf16)
  * Depends on cuda_common.cuh.
  */
 #include "backend/cuda/cuda_common.cuh"
 
-#define PF_BR 64
 #define PF_BC 64
-#define PF_THREADS 128
 #define LOG2E 1.4426950408889634f
 
 static __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
@@ -64,12 +62,12 @@ static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
 }
 
 /* Gathers keys [kb * 64, kb * 64 + 64) of kv head g into a tile (zeros past kv_hi). */
-template <int D>
+template <int D, int NTH>
 static __device__ __forceinline__ void load_kv_tile(bf16 *sk, bf16 *sv, const struct tk_attn_args &a,
                                                     const int32_t *bt, int g, int kb, int kv_hi)
 {
     constexpr int P = D + 8, CH = D / 8;
-    for (int c = threadIdx.x; c < PF_BC * CH; c += PF_THREADS) {
+    for (int c = threadIdx.x; c < PF_BC * CH; c += NTH) {
         int r = c / CH, col = (c % CH) * 8;
         int j = kb * PF_BC + r;
         bool ok = j < kv_hi;
@@ -83,10 +81,11 @@ static __device__ __forceinline__ void load_kv_tile(bf16 *sk, bf16 *sv, const st
     }
 }
 
-template <int D>
-static __global__ void __launch_bounds__(PF_THREADS)
+template <int D, int PF_BR>
+static __global__ void __launch_bounds__(PF_BR * 2)
     k_attn_prefill(struct tk_attn_args a)
 {
+    constexpr int PF_THREADS = PF_BR * 2; /* one warp per 16 query rows */
     constexpr int P = D + 8, KD = D / 16, ND = D / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sQ = (bf16 *)smem_raw;
@@ -119,13 +118,16 @@ static __global__ void __launch_bounds__(PF_THREADS)
                           (ok ? (int64_t)(qs + q0 + r) * a.q_stride + (int64_t)h * D + col : 0);
         cp_async16(sQ + r * P + col, src, ok);
     }
-    if (kb_lo < kb_hi) load_kv_tile<D>(sK, sV, a, bt, g, kb_lo, kv_hi);
+    if (kb_lo < kb_hi) load_kv_tile<D, PF_THREADS>(sK, sV, a, bt, g, kb_lo, kv_hi);
     cp_commit();
 
     int r0 = warp * 16 + gid, r1 = r0 + 8;
     int pos0 = a.positions[qs + q0 + min(r0, nq - 1)];
     int pos1 = a.positions[qs + q0 + min(r1, nq - 1)];
     int win = a.sliding_window;
+    /* This warp's lowest and highest query positions (positions rise along a sequence). */
+    int wpos_min = a.positions[qs + q0 + min(warp * 16, nq - 1)];
+    int wpos_max = a.positions[qs + q0 + min(warp * 16 + 15, nq - 1)];
     float qscale = a.softcap > 0.0f ? a.scale : a.scale * LOG2E;
 
     uint32_t qf[KD][4];
@@ -137,7 +139,7 @@ static __global__ void __launch_bounds__(PF_THREADS)
     for (int kb = kb_lo; kb < kb_hi; kb++) {
         int buf = (kb - kb_lo) & 1;
         if (kb + 1 < kb_hi) {
-            load_kv_tile<D>(sK + (buf ^ 1) * PF_BC * P, sV + (buf ^ 1) * PF_BC * P, a, bt, g, kb + 1,
+            load_kv_tile<D, PF_THREADS>(sK + (buf ^ 1) * PF_BC * P, sV + (buf ^ 1) * PF_BC * P, a, bt, g, kb + 1,
                             kv_hi);
             cp_commit();
             cp_wait<1>();
@@ -167,18 +169,23 @@ static __global__ void __launch_bounds__(PF_THREADS)
                 mma16816(sc[n], qf[k], *(const uint32_t *)(kr + 16 * k),
                          *(const uint32_t *)(kr + 16 * k + 8));
         }
-        /* Scale, softcap, mask; row maxima. */
+        /* Scale, softcap, mask (only on tiles that cross a boundary of one of
+         * this warp's rows); row maxima. */
+        int j_lo = kb * PF_BC, j_hi = j_lo + PF_BC - 1;
+        bool mask = j_hi > wpos_min || j_hi >= kv_hi || (win > 0 && j_lo <= wpos_max - win);
         float mx0 = m0, mx1 = m1;
 #pragma unroll
         for (int n = 0; n < PF_BC / 8; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int j = kb * PF_BC + 8 * n + 2 * qd + (e & 1);
+                int j = j_lo + 8 * n + 2 * qd + (e & 1);
                 int p = e < 2 ? pos0 : pos1;
                 float v = sc[n][e] * qscale;
                 if (a.softcap > 0.0f) v = a.softcap * tanhf(v / a.softcap) * LOG2E;
-                bool ok = j <= p && j < kv_hi && (win <= 0 || j > p - win);
-                v = ok ? v : -INFINITY;
+                if (mask) {
+                    bool ok = j <= p && j < kv_hi && (win <= 0 || j > p - win);
+                    v = ok ? v : -INFINITY;
+                }
                 sc[n][e] = v;
                 if (e < 2) mx0 = fmaxf(mx0, v);
                 else mx1 = fmaxf(mx1, v);
@@ -247,15 +254,24 @@ static __global__ void __launch_bounds__(PF_THREADS)
     }
 }
 
-template <int D> static cudaError_t prefill_d(cudaStream_t st, const struct tk_attn_args *a)
+template <int D, int BR> static cudaError_t prefill_launch(cudaStream_t st, const struct tk_attn_args *a)
 {
-    size_t smem = (size_t)5 * PF_BR * (D + 8) * sizeof(bf16);
-    cudaError_t e = cudaFuncSetAttribute(k_attn_prefill<D>,
+    size_t smem = (size_t)(BR + 4 * PF_BC) * (D + 8) * sizeof(bf16);
+    cudaError_t e = cudaFuncSetAttribute(k_attn_prefill<D, BR>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
-    dim3 grid((unsigned)tk_cdiv(a->max_q_len, PF_BR), (unsigned)a->n_heads, (unsigned)a->n_seqs);
-    k_attn_prefill<D><<<grid, PF_THREADS, smem, st>>>(*a);
+    dim3 grid((unsigned)tk_cdiv(a->max_q_len, BR), (unsigned)a->n_heads, (unsigned)a->n_seqs);
+    k_attn_prefill<D, BR><<<grid, BR * 2, smem, st>>>(*a);
     return cudaPeekAtLastError();
+}
+
+/* 128-query tiles (8 warps) once some sequence has more than 64 queries: K/V
+ * tiles are then shared by twice the rows. A row's result does not depend on
+ * the tile size (fully masked key tiles are exact no-ops, key tiles are
+ * visited in the same absolute order), so this choice keeps batch invariance. */
+template <int D> static cudaError_t prefill_d(cudaStream_t st, const struct tk_attn_args *a)
+{
+    return a->max_q_len > 64 ? prefill_launch<D, 128>(st, a) : prefill_launch<D, 64>(st, a);
 }
 
 extern "C" cudaError_t tk_attn_prefill(cudaStream_t st, const struct tk_attn_args *a)
