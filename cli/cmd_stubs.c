@@ -12,5 +12,4 @@ static int missing(const char *name)
 
 int tern_cmd_tokenize(int argc, char **argv) { return missing("tokenize"); }
 int tern_cmd_detokenize(int argc, char **argv) { return missing("detokenize"); }
-int tern_cmd_serve(int argc, char **argv) { return missing("serve"); }
 int tern_cmd_quantize(int argc, char **argv) { return missing("quantize"); }

@@ -1,0 +1,294 @@
+/*
+ * serve.c — `tern serve`: option parsing and the server's lifecycle. The
+ * socket listens first; the model loads on a second thread while /health
+ * answers 503; SIGINT/SIGTERM stop accepting, let in-flight requests finish
+ * for a grace period, cancel the rest, and exit 0. Depends on server.h,
+ * cli/cli.h (flag helpers), pthreads, POSIX signals.
+ */
+#include "server.h"
+
+#include "../cli/cli.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef TERN_HAVE_MHD
+
+static const char USAGE[] =
+    "usage: tern serve --model DIR [options]\n"
+    "  --host ADDR            address to bind (default 127.0.0.1)\n"
+    "  --port N               port (default 8080; 0 picks a free one)\n"
+    "  --api-key KEY          require 'Authorization: Bearer KEY' (or TERN_API_KEY)\n"
+    "  --served-model-name S  the model id in responses (default: the directory's name)\n"
+    "  --max-body-bytes N     largest request body (default 8388608)\n"
+    "  --max-concurrent N     generation requests at once; more get 429 (default 0 = no limit)\n"
+    "  --max-seqs N           sequences the engine batches (default: engine default)\n"
+    "  --device cpu|cuda|auto where the model runs (default auto)\n"
+    "  --always-usage         streamed responses always end with a usage chunk\n"
+    "  --keepalive-ms N       SSE keep-alive comment interval (default 5000)\n"
+    "  --test-script FILE     testing: force each request's output to the next entry of a\n"
+    "                         JSON list of token-id lists or strings\n";
+
+static bool parse_opts(int argc, char **argv, struct srv_opts *o, int *rc)
+{
+    memset(o, 0, sizeof *o);
+    o->host = "127.0.0.1";
+    o->port = 8080;
+    o->max_body_bytes = 8u << 20;
+    o->keepalive_ms = 5000;
+    o->device = TERN_DEVICE_AUTO;
+    o->api_key = getenv("TERN_API_KEY");
+    *rc = 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long long x;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(USAGE, stdout);
+            *rc = 0;
+            return false;
+        }
+        if (!strcmp(a, "--always-usage")) {
+            o->always_usage = true;
+            continue;
+        }
+        if (!v) {
+            cli_usage("serve", "unknown option or missing value: %s", a);
+            return false;
+        }
+        i++;
+        if (!strcmp(a, "--model")) o->model_dir = v;
+        else if (!strcmp(a, "--host")) o->host = v;
+        else if (!strcmp(a, "--api-key")) o->api_key = v;
+        else if (!strcmp(a, "--served-model-name")) o->served_name = v;
+        else if (!strcmp(a, "--test-script")) o->test_script = v;
+        else if (!strcmp(a, "--device")) {
+            if (!cli_parse_device("serve", v, &o->device)) return false;
+        } else if (!strcmp(a, "--port")) {
+            if (!cli_parse_int("serve", a, v, 0, 65535, &x)) return false;
+            o->port = (int)x;
+        } else if (!strcmp(a, "--max-body-bytes")) {
+            if (!cli_parse_int("serve", a, v, 1024, 1ll << 32, &x)) return false;
+            o->max_body_bytes = (size_t)x;
+        } else if (!strcmp(a, "--max-concurrent")) {
+            if (!cli_parse_int("serve", a, v, 0, 1 << 20, &x)) return false;
+            o->max_concurrent = (int)x;
+        } else if (!strcmp(a, "--max-seqs")) {
+            if (!cli_parse_int("serve", a, v, 1, 1 << 16, &x)) return false;
+            o->max_seqs = (int)x;
+        } else if (!strcmp(a, "--keepalive-ms")) {
+            if (!cli_parse_int("serve", a, v, 10, 3600000, &x)) return false;
+            o->keepalive_ms = (int)x;
+        } else {
+            cli_usage("serve", "unknown option %s", a);
+            return false;
+        }
+    }
+    if (!o->model_dir) {
+        cli_usage("serve", "--model DIR is required");
+        return false;
+    }
+    return true;
+}
+
+/* The served name: the model directory's last component. */
+static const char *base_name(const char *dir, char *buf, size_t cap)
+{
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && dir[b - 1] != '/') b--;
+    snprintf(buf, cap, "%.*s", (int)(n - b), dir + b);
+    return buf[0] ? buf : "model";
+}
+
+/* --test-script: a JSON list of id lists or strings (tokenized without
+ * special tokens). */
+static bool load_script(struct srv *s, const char *path)
+{
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!json_is_array(root) || json_array_size(root) == 0) {
+        fprintf(stderr, "tern serve: --test-script %s: want a non-empty JSON list (%s)\n", path, je.text);
+        json_decref(root);
+        return false;
+    }
+    size_t n = json_array_size(root);
+    s->script = calloc(n, sizeof *s->script);
+    s->script_n = calloc(n, sizeof *s->script_n);
+    bool ok = s->script && s->script_n;
+    for (size_t i = 0; ok && i < n; i++, s->n_script++) {
+        json_t *e = json_array_get(root, i);
+        if (json_is_string(e) && s->mc.tok) {
+            int32_t *ids = NULL;
+            size_t k = 0;
+            ok = tern_tokenize(s->mc.tok, json_string_value(e), json_string_length(e), false, &ids, &k) == TERN_OK;
+            s->script[i] = malloc((k ? k : 1) * sizeof *ids);
+            if (ok && s->script[i]) memcpy(s->script[i], ids, k * sizeof *ids);
+            s->script_n[i] = (int32_t)k;
+            tern_free_buf(ids);
+        } else if (json_is_array(e)) {
+            size_t k = json_array_size(e);
+            s->script[i] = malloc((k ? k : 1) * sizeof **s->script);
+            for (size_t j = 0; s->script[i] && j < k; j++) {
+                json_t *v = json_array_get(e, j);
+                ok = ok && json_is_integer(v);
+                s->script[i][j] = (int32_t)json_integer_value(v);
+            }
+            s->script_n[i] = (int32_t)k;
+        } else {
+            ok = false;
+        }
+        ok = ok && s->script[i];
+    }
+    json_decref(root);
+    if (!ok) fprintf(stderr, "tern serve: --test-script %s: entries must be id lists or strings\n", path);
+    return ok;
+}
+
+static void *load_main(void *arg)
+{
+    struct srv *s = arg;
+    struct tern_model_params mp = tern_model_default_params();
+    mp.device = s->o.device;
+    enum tern_status st = tern_model_open(s->o.model_dir, &mp, &s->mc.model);
+    if (st != TERN_OK) {
+        fprintf(stderr, "tern serve: loading the model: %s\n", tern_last_error());
+        goto fail;
+    }
+    struct tern_engine_params ep = tern_engine_default_params();
+    if (s->o.max_seqs > 0) ep.max_seqs = s->o.max_seqs;
+    st = tern_engine_create(s->mc.model, &ep, &s->mc.engine);
+    if (st == TERN_OK) st = tern_engine_start(s->mc.engine);
+    if (st != TERN_OK) {
+        fprintf(stderr, "tern serve: starting the engine: %s\n", tern_last_error());
+        goto fail;
+    }
+    struct tern_model_info info;
+    tern_model_get_info(s->mc.model, &info);
+    s->mc.context_length = ep.max_context > 0 ? ep.max_context : info.context_length;
+    s->mc.vocab_size = info.vocab_size;
+    s->mc.tok = tern_model_tokenizer(s->mc.model);
+    s->mc.tmpl = tern_model_chat_template(s->mc.model);
+    if (s->mc.tok) {
+        const char *b = tern_tokenizer_token(s->mc.tok, tern_tokenizer_bos_id(s->mc.tok));
+        const char *e = tern_tokenizer_token(s->mc.tok, tern_tokenizer_eos_id(s->mc.tok));
+        snprintf(s->bos, sizeof s->bos, "%s", b ? b : "");
+        snprintf(s->eos, sizeof s->eos, "%s", e ? e : "");
+        s->mc.reasoning = tern_tokenizer_token_id(s->mc.tok, "<think>") >= 0 &&
+                          tern_tokenizer_token_id(s->mc.tok, "</think>") >= 0;
+    }
+    if (s->o.test_script && !load_script(s, s->o.test_script)) goto fail;
+    atomic_store(&s->state, SRV_READY);
+    fprintf(stderr, "tern serve: model ready (%s, context %d)\n", s->mc.model_name, s->mc.context_length);
+    return NULL;
+fail:
+    atomic_store(&s->state, SRV_FAILED);
+    return NULL;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+/* Waits for in-flight requests up to ms; true when none are left. */
+static bool drain(struct srv *s, int ms)
+{
+    for (int t = 0; t < ms; t += 20) {
+        if (atomic_load(&s->inflight) == 0) return true;
+        sleep_ms(20);
+    }
+    return atomic_load(&s->inflight) == 0;
+}
+
+static void cleanup(struct srv *s)
+{
+    for (int i = 0; i < s->n_script; i++) free(s->script[i]);
+    free(s->script);
+    free(s->script_n);
+    tern_engine_destroy(s->mc.engine);
+    tern_model_close(s->mc.model);
+    pthread_mutex_destroy(&s->metrics_lock);
+    pthread_mutex_destroy(&s->active_lock);
+}
+
+int tern_cmd_serve(int argc, char **argv)
+{
+    static struct srv s; /* one server per process */
+    int rc;
+    if (!parse_opts(argc, argv, &s.o, &rc)) return rc;
+    char name[256];
+    s.mc.model_name = s.o.served_name ? s.o.served_name : base_name(s.o.model_dir, name, sizeof name);
+    s.mc.bos = s.bos;
+    s.mc.eos = s.eos;
+    s.mc.metrics = &s.metrics;
+    s.mc.metrics_lock = &s.metrics_lock;
+    srv_metrics_init(&s.metrics);
+    pthread_mutex_init(&s.metrics_lock, NULL);
+    pthread_mutex_init(&s.active_lock, NULL);
+    atomic_store(&s.state, SRV_LOADING);
+
+    /* Signals go to sigtimedwait below, never to a handler in another thread. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int port = 0;
+    if (!srv_http_start(&s, &port)) {
+        cleanup(&s);
+        return 1;
+    }
+    fprintf(stderr, "tern serve: listening on http://%s:%d (loading %s)\n", s.o.host, port, s.mc.model_name);
+    pthread_t loader;
+    if (pthread_create(&loader, NULL, load_main, &s)) {
+        srv_http_stop(&s);
+        cleanup(&s);
+        return 1;
+    }
+    bool loaded = false;
+    rc = 0;
+    for (;;) {
+        struct timespec ts = {0, 100 * 1000000};
+        int sig = sigtimedwait(&set, NULL, &ts);
+        if (sig == SIGINT || sig == SIGTERM) break;
+        int st = atomic_load(&s.state);
+        if (!loaded && st != SRV_LOADING) {
+            pthread_join(loader, NULL);
+            loaded = true;
+            if (st == SRV_FAILED) {
+                rc = 1;
+                break;
+            }
+        }
+    }
+    fprintf(stderr, "tern serve: shutting down\n");
+    if (!loaded) pthread_join(loader, NULL);
+    atomic_store(&s.state, SRV_STOPPING);
+    srv_http_quiesce(&s);
+    if (!drain(&s, 5000)) {
+        srv_cancel_all(&s);
+        drain(&s, 5000);
+    }
+    srv_http_stop(&s);
+    cleanup(&s);
+    return rc;
+}
+
+#else
+
+int tern_cmd_serve(int argc, char **argv)
+{
+    fprintf(stderr, "tern serve: this build has no libmicrohttpd (install libmicrohttpd-dev)\n");
+    return 1;
+}
+
+#endif

@@ -1,0 +1,332 @@
+/*
+ * server.h — internal interface of `tern serve`, the OpenAI-compatible HTTP
+ * server. The server lives on include/tern.h, jansson, libmicrohttpd, libc
+ * and pthreads; it never includes anything from src/.
+ *
+ * Files:
+ *   text_pipe.c  stop-string matcher and <think> reasoning splitter (pure)
+ *   toolcall.c   tool-call parser: Hermes/Qwen JSON, Qwen3.5 XML, Llama 3 JSON (pure)
+ *   req_parse.c  request JSON -> struct srv_req, validation (pure; fuzzed)
+ *   metrics.c    server counters, histograms, Prometheus text (pure)
+ *   gen.c        one generation: submit, read events, run the text pipeline,
+ *                build SSE chunks and final JSON
+ *   http.c       routes, auth, errors, body reading (libmicrohttpd)
+ *   serve.c      `tern serve`: options, lifecycle, signals
+ *
+ * The text of every completion flows through one pipeline, identical for
+ * streaming and non-streaming responses (so the two always agree):
+ *
+ *   event text -> stop matcher -> reasoning splitter -> tool-call parser -> deltas
+ */
+#ifndef TERN_SERVER_H
+#define TERN_SERVER_H
+
+#include "tern.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ------------------------------------------------------------ growable buffer */
+
+struct srv_buf {
+    char *p;
+    size_t len, cap;
+};
+
+bool srv_buf_add(struct srv_buf *b, const char *s, size_t n); /* keeps p NUL-terminated */
+bool srv_buf_adds(struct srv_buf *b, const char *s);
+bool srv_buf_printf(struct srv_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void srv_buf_consume(struct srv_buf *b, size_t n); /* drops the first n bytes */
+void srv_buf_free(struct srv_buf *b);
+
+/* ------------------------------------------------------------- stop strings */
+
+#define SRV_MAX_STOP 16
+
+/* Matches stop strings on decoded text across token boundaries. Text pushed in
+ * comes out minus a held-back tail that could still begin a stop string; the
+ * stop string itself is never emitted. */
+struct srv_stop {
+    char *stops[SRV_MAX_STOP];
+    int n_stops;
+    struct srv_buf pending;
+    bool stopped;
+};
+
+/* Borrows nothing: the strings are copied. */
+bool srv_stop_init(struct srv_stop *s, char *const *stops, int n_stops);
+/* Appends `text`; writes the text now safe to emit into *out (appended). Returns
+ * true when a stop string matched (then nothing more is emitted, ever). */
+bool srv_stop_push(struct srv_stop *s, const char *text, size_t len, struct srv_buf *out);
+/* End of output: emits what was held back (when no stop matched). */
+void srv_stop_flush(struct srv_stop *s, struct srv_buf *out);
+void srv_stop_deinit(struct srv_stop *s);
+
+/* ---------------------------------------------------------------- reasoning */
+
+/* Splits `<think>...</think>` off the start of a completion. Reasoning text is
+ * trimmed of surrounding whitespace, and whitespace right after </think> is
+ * dropped. With `start_inside` (the generation prompt already opened <think>)
+ * the output begins as reasoning. With `enabled` false everything is content. */
+struct srv_reason {
+    bool enabled;
+    int state; /* 0 = at start, 1 = reasoning, 2 = content (after </think> or none) */
+    bool after_close;     /* dropping whitespace after </think> */
+    bool reasoning_begun; /* any non-space reasoning emitted yet */
+    struct srv_buf hold;  /* possible tag prefix / trailing whitespace */
+};
+
+void srv_reason_init(struct srv_reason *r, bool enabled, bool start_inside);
+/* Feeds text; appends to *reasoning and *content what is decided. */
+void srv_reason_push(struct srv_reason *r, const char *text, size_t len, struct srv_buf *reasoning,
+                     struct srv_buf *content);
+void srv_reason_flush(struct srv_reason *r, struct srv_buf *reasoning, struct srv_buf *content);
+void srv_reason_deinit(struct srv_reason *r);
+
+/* ---------------------------------------------------------------- tool calls */
+
+struct srv_tool_call {
+    char id[32];     /* "call_" + 24 random alphanumerics */
+    char *name;      /* malloc'd */
+    char *arguments; /* malloc'd compact JSON object text */
+};
+
+/* Parses tool calls out of content text, incrementally. Recognised forms:
+ *   <tool_call>{"name": N, "arguments": {...}}</tool_call>           Hermes / Qwen
+ *   <tool_call><function=N><parameter=P>v</parameter></function></tool_call>  Qwen3.5 XML
+ *   {"name": N, "parameters": {...}} [; {...}] as the whole output,
+ *   optionally after <|python_tag|>                                  Llama 3.x
+ * A <tool_call> block that does not parse is passed on as literal content.
+ * Whitespace next to recognised calls is dropped. */
+struct srv_tools {
+    bool enabled;
+    const json_t *tools; /* borrowed: the request's tools (for XML parameter types) */
+    int state;           /* 0 = start, 1 = text, 2 = in <tool_call>, 3 = whole-output JSON */
+    struct srv_buf hold; /* tag prefix, trailing whitespace, or the call being read */
+    struct srv_buf ws;   /* whitespace held before a possible call */
+    int n_calls;
+    uint64_t rng;
+};
+
+void srv_tools_init(struct srv_tools *t, bool enabled, const json_t *tools, uint64_t seed);
+/* Feeds content; appends decided content to *content and complete calls to
+ * *calls (a growing array; *n_calls counts). Returns false on out of memory. */
+bool srv_tools_push(struct srv_tools *t, const char *text, size_t len, struct srv_buf *content,
+                    struct srv_tool_call **calls, int *n_calls);
+bool srv_tools_flush(struct srv_tools *t, struct srv_buf *content, struct srv_tool_call **calls,
+                     int *n_calls);
+void srv_tools_deinit(struct srv_tools *t);
+void srv_tool_call_free(struct srv_tool_call *c);
+
+/* Parses one <tool_call> body (between the tags). Returns true on success. */
+bool srv_tool_parse_block(const char *s, size_t len, const json_t *tools, char **name,
+                          char **arguments);
+/* Parses a whole-output Llama 3 call list; fills a new array of calls. */
+bool srv_tool_parse_llama(const char *s, size_t len, struct srv_tool_call **calls, int *n_calls,
+                          uint64_t *rng);
+void srv_tool_make_id(char id[32], uint64_t *rng);
+
+/* ------------------------------------------------------------ request parse */
+
+enum srv_kind { SRV_CHAT, SRV_COMPLETION };
+enum srv_tool_choice { SRV_TC_AUTO, SRV_TC_NONE, SRV_TC_REQUIRED, SRV_TC_NAMED };
+
+/* Request fields after validation. Sampling fields carry has_ flags so that
+ * only what the client set overrides the model's defaults. */
+struct srv_req {
+    enum srv_kind kind;
+    json_t *messages; /* CHAT: normalised copy for the template (content flattened) */
+    json_t *tools;    /* CHAT: array or NULL */
+    enum srv_tool_choice tool_choice;
+    char *tool_name;         /* SRV_TC_NAMED */
+    json_t *template_kwargs; /* object or NULL (chat_template_kwargs) */
+    int enable_thinking;     /* -1 unset, 0, 1 */
+    char *prompt;            /* COMPLETION: text prompt, or NULL */
+    int32_t *prompt_ids;     /* COMPLETION: token prompt, or NULL */
+    int32_t n_prompt_ids;
+
+    bool has_temperature, has_top_p, has_top_k, has_min_p, has_rep, has_presence, has_frequency;
+    float temperature, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty;
+    int32_t top_k;
+    bool has_seed;
+    uint64_t seed;
+    int32_t max_tokens; /* 0 = until the context is full */
+    int32_t n;
+    bool logprobs;
+    int32_t top_logprobs;
+    bool ignore_eos;
+    int32_t *bias_ids;
+    float *bias_values;
+    int32_t n_bias;
+    char *stops[SRV_MAX_STOP];
+    int n_stops;
+    bool stream, include_usage;
+};
+
+/* A validation failure: message and the offending parameter (OpenAI shape). */
+struct srv_err {
+    int http;          /* 400, 413, ... */
+    char message[512];
+    char param[96];
+    const char *type;  /* "invalid_request_error", ... */
+    const char *code;  /* NULL or a code string */
+};
+
+struct srv_parse_opts {
+    int32_t vocab_size; /* for logit_bias and token prompts; 0 = unchecked */
+    int32_t max_n;      /* upper bound of n */
+};
+
+/* Parses a request body. Returns true with *out filled (srv_req_free it), or
+ * false with *err filled; never crashes on any input. */
+bool srv_req_parse(enum srv_kind kind, const char *body, size_t len,
+                   const struct srv_parse_opts *opts, struct srv_req *out, struct srv_err *err);
+void srv_req_free(struct srv_req *r);
+/* Fills an error. */
+void srv_err_set(struct srv_err *e, int http, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The chat template context: messages, tools, add_generation_prompt, bos/eos
+ * strings, enable_thinking, chat_template_kwargs. New reference. */
+json_t *srv_req_template_context(const struct srv_req *r, const char *bos, const char *eos);
+/* {"error": {...}} as a compact JSON string (free()). */
+char *srv_err_json(const struct srv_err *e);
+
+/* ----------------------------------------------------------------- metrics */
+
+#define SRV_HIST_MAX 20
+
+struct srv_hist {
+    int n_bounds;
+    double bounds[SRV_HIST_MAX]; /* upper bounds in seconds, ascending (+Inf implied) */
+    uint64_t counts[SRV_HIST_MAX + 1];
+    double sum;
+    uint64_t count;
+};
+
+enum srv_route {
+    SRV_R_CHAT,
+    SRV_R_COMPLETIONS,
+    SRV_R_MODELS,
+    SRV_R_HEALTH,
+    SRV_R_METRICS,
+    SRV_R_TOKENIZE,
+    SRV_R_DETOKENIZE,
+    SRV_R_OTHER,
+    SRV_R_COUNT
+};
+
+#define SRV_N_STATUS 12
+struct srv_metrics {
+    uint64_t requests[SRV_R_COUNT][SRV_N_STATUS];
+    struct srv_hist ttft, itl, queue, e2e;
+    uint64_t disconnects, rejected_capacity;
+    uint64_t prompt_tokens, completion_tokens;
+};
+
+void srv_metrics_init(struct srv_metrics *m);
+void srv_hist_observe(struct srv_hist *h, double v);
+void srv_metrics_count(struct srv_metrics *m, enum srv_route route, int status);
+const char *srv_route_name(enum srv_route r);
+/* Prometheus text exposition of the server's counters and the engine stats
+ * (NULL while loading). `inflight` is the server's own in-flight count. */
+bool srv_metrics_format(const struct srv_metrics *m, const struct tern_engine_stats *es,
+                        int64_t inflight, struct srv_buf *out);
+
+/* ------------------------------------------------------------- generation */
+
+#include <pthread.h>
+
+/* What a generation needs of the loaded model (all borrowed). */
+struct srv_model_ctx {
+    struct tern_model *model;
+    struct tern_engine *engine;
+    const struct tern_tokenizer *tok;
+    const struct tern_chat_template *tmpl;
+    const char *bos, *eos; /* token strings, "" when unknown */
+    int32_t context_length, vocab_size;
+    const char *model_name;
+    bool reasoning; /* the vocabulary has <think>: split reasoning */
+    struct srv_metrics *metrics;
+    pthread_mutex_t *metrics_lock;
+};
+
+/* Renders (chat) or takes (completion) the prompt and tokenizes it. *ids is
+ * malloc'd. *think_open: the generation prompt ends inside <think>. */
+bool srv_prompt_build(const struct srv_model_ctx *mc, const struct srv_req *r, int32_t **ids,
+                      int32_t *n_ids, bool *think_open, struct srv_err *err);
+
+struct srv_gen;
+
+struct srv_gen_params {
+    const int32_t *ids; /* prompt (borrowed during create) */
+    int32_t n_ids;
+    bool think_open;
+    const int32_t *forced; /* --test-script entry, or NULL */
+    int32_t n_forced;
+    bool always_usage;
+};
+
+/* Submits a request (taking ownership of *req, which is zeroed). Returns NULL
+ * with *err (400 for requests that cannot fit, 500 otherwise). */
+struct srv_gen *srv_gen_create(const struct srv_model_ctx *mc, struct srv_req *req,
+                               const struct srv_gen_params *p, struct srv_err *err);
+/* Reads at most one event (waiting up to timeout_ms). Returns true once the
+ * generation is over (every choice finished and the final event read). */
+bool srv_gen_pump(struct srv_gen *g, int timeout_ms);
+/* Streaming: SSE bytes ready to send (consume what was sent). */
+struct srv_buf *srv_gen_sse(struct srv_gen *g);
+bool srv_gen_streaming(const struct srv_gen *g);
+/* Non-streaming: the response body (malloc'd) and its HTTP status. */
+char *srv_gen_result(struct srv_gen *g, int *http);
+/* Cancels the engine request (client gone, or shutdown). Thread-safe. */
+void srv_gen_cancel(struct srv_gen *g);
+void srv_gen_destroy(struct srv_gen *g);
+
+/* ----------------------------------------------------------------- server */
+
+#include <stdatomic.h>
+
+struct srv_opts {
+    const char *model_dir, *host, *api_key, *test_script, *served_name;
+    int port;
+    size_t max_body_bytes;
+    int max_concurrent; /* generation requests at once; 0 = unlimited */
+    int max_seqs;       /* engine sequences; 0 = engine default */
+    int keepalive_ms;   /* SSE ": keep-alive" comment interval */
+    enum tern_device device;
+    bool always_usage;
+};
+
+enum srv_state { SRV_LOADING, SRV_READY, SRV_STOPPING, SRV_FAILED };
+
+struct srv_active; /* registry of running generations, for shutdown */
+
+struct srv {
+    struct srv_opts o;
+    void *mhd; /* struct MHD_Daemon */
+    atomic_int state;
+    atomic_int inflight;
+    struct srv_model_ctx mc;
+    char bos[128], eos[128];
+    struct srv_metrics metrics;
+    pthread_mutex_t metrics_lock;
+    pthread_mutex_t active_lock;
+    struct srv_active *active;
+    int32_t **script; /* --test-script entries */
+    int32_t *script_n;
+    int n_script;
+    atomic_uint script_next;
+};
+
+/* http.c: starts listening (the model may still be loading); fills *port. */
+bool srv_http_start(struct srv *s, int *port);
+/* Stops accepting new connections. */
+void srv_http_quiesce(struct srv *s);
+void srv_http_stop(struct srv *s);
+/* Cancels every running generation. */
+void srv_cancel_all(struct srv *s);
+
+#endif
