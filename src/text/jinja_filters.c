@@ -122,7 +122,8 @@ static int shift_args(struct jrt *rt, struct jargs *a, size_t k, struct jargs *r
 static int f_map(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out)
 {
     struct jlist *l, *r;
-    if (jinja_iterate(rt, v, &l) || !(r = jlist_new(&rt->arena, l->n))) return r ? -1 : jrt_oom(rt);
+    if (jinja_iterate(rt, v, &l)) return -1;
+    if (!(r = jlist_new(&rt->arena, l->n))) return jrt_oom(rt);
     struct jv *attr = jargs_get(a, a->n_pos, "attribute"), *def = jargs_get(a, a->n_pos, "default");
     struct jargs rest;
     if (!attr && a->n_pos == 0) return jrt_fail(rt, "map requires a filter argument");
@@ -147,7 +148,8 @@ static int select_common(struct jrt *rt, struct jv v, struct jargs *a, bool attr
                          struct jv *out)
 {
     struct jlist *l, *r;
-    if (jinja_iterate(rt, v, &l) || !(r = jlist_new(&rt->arena, l->n))) return r ? -1 : jrt_oom(rt);
+    if (jinja_iterate(rt, v, &l)) return -1;
+    if (!(r = jlist_new(&rt->arena, l->n))) return jrt_oom(rt);
     size_t k = attr ? 1 : 0;
     if (attr && a->n_pos < 1) return jrt_fail(rt, "selectattr/rejectattr need an attribute name");
     if (a->n_pos > k && a->pos[k].kind != JV_STR) return jrt_fail(rt, "test name must be a string");
@@ -239,7 +241,8 @@ static int f_default(struct jrt *rt, struct jv v, struct jargs *a, struct jv *ou
 static int f_list(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out)
 {
     struct jlist *l, *r;
-    if (jinja_iterate(rt, v, &l) || !(r = jlist_new(&rt->arena, l->n))) return r ? -1 : jrt_oom(rt);
+    if (jinja_iterate(rt, v, &l)) return -1;
+    if (!(r = jlist_new(&rt->arena, l->n))) return jrt_oom(rt);
     for (size_t i = 0; i < l->n; i++) r->items[i] = l->items[i];
     r->n = l->n;
     *out = list_value(r, false);
@@ -562,7 +565,8 @@ static int f_batch(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out)
     struct jlist *l, *r, *cur = NULL;
     struct jv *cnt = jargs_get(a, 0, "linecount"), *fill = jargs_get(a, 1, "fill_with");
     if (!cnt || cnt->kind != JV_INT || cnt->u.i <= 0) return jrt_fail(rt, "batch needs a positive count");
-    if (jinja_iterate(rt, v, &l) || !(r = jlist_new(&rt->arena, 0))) return -1;
+    if (jinja_iterate(rt, v, &l)) return -1;
+    if (!(r = jlist_new(&rt->arena, 0))) return jrt_oom(rt);
     for (size_t i = 0; i < l->n; i++) {
         if (!cur || (int64_t)cur->n == cnt->u.i) {
             if (!(cur = jlist_new(&rt->arena, 0)) || jlist_push(&rt->arena, r, list_value(cur, false)))

@@ -159,6 +159,7 @@ int jinja_str_replace(struct jrt *rt, struct jv s, struct jv old, struct jv new_
         while (i <= n) {
             if ((count < 0 || done < count) && tern_str_append(&t, new_.u.s->data, new_.u.s->len))
                 goto oom;
+            if (t.len > JINJA_MAX_OUTPUT) goto oom;
             done++;
             if (i == n) break;
             jutf8_decode(p + i, n - i, &adv);
@@ -315,7 +316,8 @@ static int str_join(struct jrt *rt, struct jv s, struct jargs *a, struct jv *out
                             jv_type_name(l->items[i]));
         }
         if ((i && tern_str_append(&t, s.u.s->data, s.u.s->len)) ||
-            tern_str_append(&t, l->items[i].u.s->data, l->items[i].u.s->len)) {
+            tern_str_append(&t, l->items[i].u.s->data, l->items[i].u.s->len) ||
+            t.len > JINJA_MAX_OUTPUT) {
             tern_str_deinit(&t);
             return jrt_oom(rt);
         }

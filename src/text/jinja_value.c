@@ -326,6 +326,14 @@ static int append_str_repr(struct tern_str *out, const char *p, size_t n)
     if (tern_str_appendc(out, q)) return -1;
     size_t i = 0;
     while (i < n) {
+        size_t run = i; /* plain printable ASCII goes in one piece */
+        while (run < n && p[run] >= 0x20 && p[run] < 0x7f && p[run] != q && p[run] != '\\') run++;
+        if (run > i) {
+            if (tern_str_append(out, p + i, run - i)) return -1;
+            if (out->len > JINJA_MAX_OUTPUT) return -1;
+            i = run;
+            continue;
+        }
         size_t adv;
         uint32_t cp = jutf8_decode(p + i, n - i, &adv);
         char buf[16];
@@ -368,6 +376,7 @@ static int append_seq(struct tern_str *out, struct jv v, int depth)
     bool tuple = v.flags & JV_F_TUPLE;
     if (tern_str_appendc(out, tuple ? '(' : '[')) return -1;
     for (size_t i = 0; i < v.u.l->n; i++) {
+        if (out->len > JINJA_MAX_OUTPUT) return -1; /* callers report it as too large */
         if (i && tern_str_appendz(out, ", ")) return -1;
         if (append_repr_depth(out, v.u.l->items[i], depth + 1)) return -1;
     }
@@ -379,6 +388,7 @@ static int append_dict(struct tern_str *out, const struct jdict *d, int depth)
 {
     if (tern_str_appendc(out, '{')) return -1;
     for (size_t i = 0; i < d->n; i++) {
+        if (out->len > JINJA_MAX_OUTPUT) return -1;
         if (i && tern_str_appendz(out, ", ")) return -1;
         if (append_repr_depth(out, d->keys[i], depth + 1) || tern_str_appendz(out, ": ") ||
             append_repr_depth(out, d->vals[i], depth + 1))
