@@ -78,6 +78,8 @@ static void cu_buf_free(struct tern_backend *be, struct tern_buf *b)
     tern_free(b);
 }
 
+#define PIECE ((size_t)1 << 20)
+
 /* Host -> device through the pinned stages: the CPU fills stage i (faulting
  * in mmapped pages) while the copy engine drains the others. */
 static enum tern_status staged_copy(struct tern_cuda *c, void *dst, const void *src, size_t n)
@@ -87,7 +89,15 @@ static enum tern_status staged_copy(struct tern_cuda *c, void *dst, const void *
         int k = (int)(i % TERN_CUDA_STAGES);
         size_t len = n - off < chunk ? n - off : chunk;
         TERN_CU(cudaEventSynchronize(c->stage_ev[k]));
-        memcpy(c->stage[k], (const char *)src + off, len);
+        /* One thread's memcpy tops out near 5 GB/s; page-sized pieces in parallel. */
+        const char *from = (const char *)src + off;
+        char *to = c->stage[k];
+        int64_t n_piece = (int64_t)((len + PIECE - 1) / PIECE);
+#pragma omp parallel for schedule(static) if (n_piece > 1)
+        for (int64_t p = 0; p < n_piece; p++) {
+            size_t o = (size_t)p * PIECE;
+            memcpy(to + o, from + o, len - o < PIECE ? len - o : PIECE);
+        }
         TERN_CU(cudaMemcpyAsync((char *)dst + off, c->stage[k], len, cudaMemcpyHostToDevice,
                                 c->copy_stream));
         TERN_CU(cudaEventRecord(c->stage_ev[k], c->copy_stream));
