@@ -11,6 +11,19 @@
  * plus pinned host staging for weight uploads (TERN_CUDA_STAGES chunks).
  * Ops allocate nothing, never synchronise and copy no host data, so a decode
  * step can be captured into a CUDA graph.
+ *
+ * What the two modes guarantee:
+ *   deterministic  batch invariance: a sequence's outputs are bitwise the
+ *                  same alone or inside any batch (one cuBLASLt algorithm per
+ *                  weight shape for every T, no split-K; fixed 256-position
+ *                  decode splits; the attention kernel is picked per
+ *                  sequence), and so run-to-run reproducibility.
+ *   default        the same batch on the same context gives bitwise the same
+ *                  result (no atomics; algorithms are cached per context).
+ *                  Not batch-invariant (GEMV for T <= 8, cuBLASLt above;
+ *                  decode splits sized to the batch), and a new process may
+ *                  time a different cuBLASLt algorithm, so results can differ
+ *                  in the last bits between processes.
  */
 #ifndef TERN_BACKEND_CUDA_INTERNAL_H
 #define TERN_BACKEND_CUDA_INTERNAL_H
