@@ -87,6 +87,7 @@ enum tern_status tern_str_reserve(struct tern_str *s, size_t cap)
     TERN_TRY(tern_grow(&p, &c, cap + 1, 1));
     s->data = p;
     s->cap = c;
+    s->data[s->len] = '\0';
     return TERN_OK;
 }
 
