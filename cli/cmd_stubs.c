@@ -10,6 +10,4 @@ static int missing(const char *name)
     return 1;
 }
 
-int tern_cmd_tokenize(int argc, char **argv) { return missing("tokenize"); }
-int tern_cmd_detokenize(int argc, char **argv) { return missing("detokenize"); }
 int tern_cmd_quantize(int argc, char **argv) { return missing("quantize"); }

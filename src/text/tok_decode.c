@@ -221,7 +221,7 @@ static enum tern_status check_ids(const struct tern_tokenizer *tok, const int32_
 {
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= tok->vocab.n || tok->vocab.off[ids[i]] == UINT32_MAX)
-            return tern_error(TERN_E_INVALID_ARG, "detokenize: token id %d out of range (vocab size %d)",
+            return tern_error(TERN_E_INVALID_ARG, "token id %d out of range (vocab size %d)",
                               ids[i], tok->vocab.n);
     return TERN_OK;
 }
