@@ -131,6 +131,9 @@ struct tern_backend_ops {
                                const void *src, size_t n_bytes);
     enum tern_status (*download)(struct tern_backend *be, void *dst,
                                  const struct tern_dtensor *src, size_t n_bytes);
+    /* Device-to-device copy of n_bytes from src to dst (views of any dtype). */
+    enum tern_status (*copy)(struct tern_backend *be, const struct tern_dtensor *dst,
+                             const struct tern_dtensor *src, size_t n_bytes);
     /* Free and total device memory in bytes (host RAM for the CPU). */
     enum tern_status (*mem_info)(struct tern_backend *be, size_t *free_bytes, size_t *total_bytes);
     enum tern_status (*sync)(struct tern_backend *be);

@@ -62,6 +62,19 @@ enum tern_status tern_engine_create(struct tern_model *model, const struct tern_
         st = tern_fwd_init(m, p.max_batch_tokens, p.max_seqs, e->max_blocks_per_seq,
                            e->max_logits, p.block_size, &e->fwd);
     if (st == TERN_OK) st = tern_engine_host_batch_init(e);
+    if (st == TERN_OK) {
+        struct tern_sched_params sp = {p.max_seqs, p.max_batch_tokens, e->max_context,
+                                       e->n_blocks, p.block_size, true};
+        st = tern_sched_create(&sp, &e->sched);
+    }
+    if (st == TERN_OK) st = tern_sampler_create(m->hp.vocab_size, &e->sampler);
+    if (st == TERN_OK) {
+        pthread_mutex_init(&e->mu, NULL);
+        pthread_mutex_init(&e->step_mu, NULL);
+        pthread_cond_init(&e->cv, NULL);
+        e->locks_ready = true;
+        e->seed_counter = tern_now_ns();
+    }
     if (st != TERN_OK) {
         tern_engine_destroy(e);
         return st;
@@ -74,6 +87,14 @@ void tern_engine_destroy(struct tern_engine *e)
 {
     if (!e) return;
     struct tern_model_core *m = &e->model->core;
+    if (e->locks_ready) {
+        tern_engine_stop_loop(e);
+        pthread_mutex_destroy(&e->mu);
+        pthread_mutex_destroy(&e->step_mu);
+        pthread_cond_destroy(&e->cv);
+    }
+    tern_sampler_destroy(e->sampler);
+    tern_sched_destroy(e->sched);
     tern_fwd_deinit(m, &e->fwd);
     tern_kv_cache_deinit(m, &e->kv);
     tern_engine_host_batch_deinit(e);
@@ -91,6 +112,9 @@ enum tern_status tern_engine_host_batch_init(struct tern_engine *e)
     e->hb.lidx = tern_calloc((size_t)e->max_logits, 4);
     e->hb.btable = tern_calloc((size_t)S * (size_t)e->max_blocks_per_seq, 4);
     e->hb.out_ids = tern_calloc((size_t)e->max_logits, 4);
+    e->hb.sampled = tern_calloc((size_t)e->max_logits, 4);
+    e->hb.logits = tern_calloc((size_t)e->max_logits * (size_t)e->model->core.hp.vocab_size, 4);
+    if (!e->hb.sampled || !e->hb.logits) return TERN_E_NO_MEMORY;
     if (!e->hb.ids || !e->hb.pos || !e->hb.slots || !e->hb.qstart || !e->hb.seqlen ||
         !e->hb.lidx || !e->hb.btable || !e->hb.out_ids)
         return TERN_E_NO_MEMORY;
@@ -107,36 +131,66 @@ void tern_engine_host_batch_deinit(struct tern_engine *e)
     tern_free(e->hb.lidx);
     tern_free(e->hb.btable);
     tern_free(e->hb.out_ids);
+    tern_free(e->hb.sampled);
+    tern_free(e->hb.logits);
 }
 
-/* Runs tokens [start, start + n) of one sequence whose blocks are 0, 1, 2...
- * (the solo path), asking logits for the last `n_logits` of them. */
-static enum tern_status solo_step(struct tern_engine *e, const int32_t *ids, int32_t start,
-                                  int32_t n, int32_t n_logits)
+/* Runs tokens [start, start + n) of one solo sequence whose blocks come
+ * from the scheduler's pool (`seq`), asking logits for the last `n_logits`.
+ * The caller holds step_mu. */
+static enum tern_status solo_step(struct tern_engine *e, struct tern_kv_seq *seq,
+                                  const int32_t *ids, int32_t start, int32_t n, int32_t n_logits)
 {
     int32_t bs = e->p.block_size;
     int32_t len = start + n;
-    int32_t nb = (len + bs - 1) / bs;
-    if (nb > e->n_blocks || nb > e->max_blocks_per_seq)
+    struct tern_kv *pool = tern_sched_kv(e->sched);
+    struct tern_kv_copy copies[4];
+    int32_t n_copies = 0;
+    if (len > e->max_context || !tern_kv_seq_reserve(pool, seq, n, copies, &n_copies))
         return tern_error(TERN_E_CAPACITY, "sequence of %d tokens does not fit the KV cache "
-                          "(%d blocks of %d tokens, context %d)", len, e->n_blocks, bs,
-                          e->max_context);
+                          "(%d free blocks of %d tokens, context %d)", len,
+                          tern_kv_n_free(pool), bs, e->max_context);
     for (int32_t i = 0; i < n; i++) {
         e->hb.ids[i] = ids[i];
         e->hb.pos[i] = start + i;
-        e->hb.slots[i] = start + i; /* block j is physical block j */
+        e->hb.slots[i] = tern_kv_seq_slot(seq, bs, start + i);
     }
-    for (int32_t j = 0; j < nb; j++) e->hb.btable[j] = j;
+    for (int32_t j = 0; j < seq->n_blocks; j++) e->hb.btable[j] = seq->blocks[j];
     e->hb.qstart[0] = 0;
     e->hb.qstart[1] = n;
     e->hb.seqlen[0] = len;
     for (int32_t i = 0; i < n_logits; i++) e->hb.lidx[i] = n - n_logits + i;
-    struct tern_batch b = {n, 1, nb, n_logits, e->hb.ids, e->hb.pos, e->hb.qstart,
+    struct tern_batch b = {n, 1, seq->n_blocks, n_logits, e->hb.ids, e->hb.pos, e->hb.qstart,
                            e->hb.seqlen, e->hb.btable, e->hb.slots, e->hb.lidx};
-    return tern_model_forward(&e->model->core, &e->fwd, &e->kv, &b);
+    TERN_TRY(tern_model_forward(&e->model->core, &e->fwd, &e->kv, &b));
+    /* no prefix keys: the blocks go back as plain free blocks */
+    seq->n_computed += n;
+    return TERN_OK;
 }
 
-static enum tern_status check_ids(struct tern_engine *e, const int32_t *ids, int32_t n)
+/* A solo sequence's block table over engine-owned storage. */
+struct solo {
+    struct tern_kv_seq seq;
+    int32_t *blocks;
+};
+
+static enum tern_status solo_begin(struct tern_engine *e, struct solo *so)
+{
+    so->blocks = tern_calloc((size_t)e->max_blocks_per_seq, sizeof(int32_t));
+    if (!so->blocks) return TERN_E_NO_MEMORY;
+    tern_kv_seq_init(&so->seq, so->blocks, e->max_blocks_per_seq);
+    pthread_mutex_lock(&e->step_mu);
+    return TERN_OK;
+}
+
+static void solo_end(struct tern_engine *e, struct solo *so)
+{
+    tern_kv_seq_free(tern_sched_kv(e->sched), &so->seq);
+    pthread_mutex_unlock(&e->step_mu);
+    tern_free(so->blocks);
+}
+
+enum tern_status tern_engine_check_ids(struct tern_engine *e, const int32_t *ids, int32_t n)
 {
     if (!ids || n < 1) return tern_error(TERN_E_INVALID_ARG, "token ids: empty sequence");
     int32_t V = e->model->core.hp.vocab_size;
@@ -153,18 +207,23 @@ static enum tern_status check_ids(struct tern_engine *e, const int32_t *ids, int
 enum tern_status tern_logits(struct tern_engine *e, const int32_t *ids, int32_t n, float *out)
 {
     if (!e || !out) return tern_error(TERN_E_INVALID_ARG, "tern_logits: NULL argument");
-    TERN_TRY(check_ids(e, ids, n));
+    TERN_TRY(tern_engine_check_ids(e, ids, n));
     struct tern_model_core *m = &e->model->core;
     int32_t V = m->hp.vocab_size;
     int32_t chunk = e->max_logits < e->p.max_batch_tokens ? e->max_logits : e->p.max_batch_tokens;
-    for (int32_t s = 0; s < n; s += chunk) {
+    struct solo so;
+    TERN_TRY(solo_begin(e, &so));
+    enum tern_status st = TERN_OK;
+    for (int32_t s = 0; st == TERN_OK && s < n; s += chunk) {
         int32_t c = n - s < chunk ? n - s : chunk;
-        TERN_TRY(solo_step(e, ids + s, s, c, c));
+        st = solo_step(e, &so.seq, ids + s, s, c, c);
         struct tern_dtensor rows = tern_dtensor_rows(&e->fwd.logits, 0, c);
-        TERN_TRY(m->be->ops->download(m->be, out + (size_t)s * V, &rows,
-                                      (size_t)c * (size_t)V * sizeof(float)));
+        if (st == TERN_OK)
+            st = m->be->ops->download(m->be, out + (size_t)s * V, &rows,
+                                      (size_t)c * (size_t)V * sizeof(float));
     }
-    return TERN_OK;
+    solo_end(e, &so);
+    return st;
 }
 
 static bool is_eos(const struct tern_hparams *hp, int32_t id)
@@ -180,7 +239,7 @@ enum tern_status tern_generate_greedy(struct tern_engine *e, const int32_t *ids,
 {
     if (!e || !out_ids || !n_out) return tern_error(TERN_E_INVALID_ARG, "generate: NULL argument");
     *n_out = 0;
-    TERN_TRY(check_ids(e, ids, n_ids));
+    TERN_TRY(tern_engine_check_ids(e, ids, n_ids));
     if (max_tokens < 0) return tern_error(TERN_E_INVALID_ARG, "max_tokens must be >= 0");
     if ((int64_t)n_ids + max_tokens > e->max_context)
         return tern_error(TERN_E_CAPACITY, "prompt (%d tokens) + max_tokens (%d) exceeds the "
@@ -189,21 +248,25 @@ enum tern_status tern_generate_greedy(struct tern_engine *e, const int32_t *ids,
     const struct tern_backend_ops *ops = m->be->ops;
     int32_t chunk = e->p.max_batch_tokens;
     int32_t next = -1;
-    for (int32_t s = 0; s < n_ids && max_tokens > 0; s += chunk) {
+    struct solo so;
+    TERN_TRY(solo_begin(e, &so));
+    enum tern_status st = TERN_OK;
+    for (int32_t s = 0; st == TERN_OK && s < n_ids && max_tokens > 0; s += chunk) {
         int32_t c = n_ids - s < chunk ? n_ids - s : chunk;
         bool last = s + c == n_ids;
-        TERN_TRY(solo_step(e, ids + s, s, c, last ? 1 : 0));
+        st = solo_step(e, &so.seq, ids + s, s, c, last ? 1 : 0);
     }
     int32_t len = n_ids;
-    for (int32_t i = 0; i < max_tokens; i++) {
-        if (i > 0) TERN_TRY(solo_step(e, &next, len - 1, 1, 1));
+    for (int32_t i = 0; st == TERN_OK && i < max_tokens; i++) {
+        if (i > 0 && (st = solo_step(e, &so.seq, &next, len - 1, 1, 1)) != TERN_OK) break;
         struct tern_dtensor lg = tern_dtensor_rows(&e->fwd.logits, 0, 1);
         struct tern_dtensor oid = tern_dtensor_rows(&e->fwd.ids_out, 0, 1);
-        TERN_TRY(ops->argmax(m->be, &lg, &oid));
-        TERN_TRY(ops->download(m->be, &next, &oid, sizeof next));
+        if ((st = ops->argmax(m->be, &lg, &oid)) != TERN_OK) break;
+        if ((st = ops->download(m->be, &next, &oid, sizeof next)) != TERN_OK) break;
         out_ids[(*n_out)++] = next;
         len++;
         if (stop_at_eos && is_eos(&m->hp, next)) break;
     }
-    return TERN_OK;
+    solo_end(e, &so);
+    return st;
 }

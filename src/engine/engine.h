@@ -1,20 +1,38 @@
 /*
- * engine.h — the struct behind struct tern_engine.
+ * engine.h — the struct behind struct tern_engine, shared by engine.c (the
+ * handle and the solo paths), serve.c (the step loop) and stream.c (request
+ * streams).
+ *
+ * Threads and locks:
+ *   mu       guards the pending submit/cancel lists, counters and `stop`;
+ *            submitters and the loop meet here (cv wakes the loop).
+ *   step_mu  held for a whole step by the loop, and by the solo paths
+ *            (tern_logits, tern_generate_greedy): the scheduler, the KV
+ *            cache and the forward scratch are used by one step at a time.
  */
 #ifndef TERN_ENGINE_H
 #define TERN_ENGINE_H
 
 #include "api/api.h"
+#include "sample/sample.h"
+#include "sched/sched.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
 
 /* Host-side batch arrays, sized at creation (no allocation per step). */
 struct tern_host_batch {
-    int32_t *ids, *pos, *slots;     /* [max_batch_tokens] */
-    int32_t *qstart;                /* [max_seqs + 1] */
-    int32_t *seqlen;                /* [max_seqs] */
-    int32_t *lidx;                  /* [max_logits] */
-    int32_t *btable;                /* [max_seqs, max_blocks_per_seq] */
-    int32_t *out_ids;               /* [max_logits] */
+    int32_t *ids, *pos, *slots; /* [max_batch_tokens] */
+    int32_t *qstart;            /* [max_seqs + 1] */
+    int32_t *seqlen;            /* [max_seqs] */
+    int32_t *lidx;              /* [max_logits] */
+    int32_t *btable;            /* [max_seqs, max_blocks_per_seq] */
+    int32_t *out_ids;           /* [max_logits] */
+    float *logits;              /* [max_logits, vocab] downloaded for sampling */
+    int32_t *sampled;           /* [max_logits] */
 };
+
+struct tern_stream;
 
 struct tern_engine {
     struct tern_model *model; /* borrowed */
@@ -26,9 +44,25 @@ struct tern_engine {
     struct tern_kv_cache kv;
     struct tern_fwd fwd;
     struct tern_host_batch hb;
+    struct tern_sched *sched;
+    struct tern_sampler *sampler;
+
+    pthread_mutex_t mu, step_mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    bool started, stop;
+    struct tern_stream *pending_head, *pending_tail; /* submitted, not yet in the scheduler */
+    struct tern_stream *cancel_head;                 /* cancel asked (linked by cancel_next) */
+    uint64_t seed_counter;
+    bool locks_ready;
+    struct tern_engine_stats stats; /* counters (running/waiting/kv read at get_stats) */
 };
 
 enum tern_status tern_engine_host_batch_init(struct tern_engine *e);
 void tern_engine_host_batch_deinit(struct tern_engine *e);
+/* Stops the step loop and ends every request (cancelled). */
+void tern_engine_stop_loop(struct tern_engine *e);
+/* Runs one forward of a solo sequence over blocks taken from the pool. */
+enum tern_status tern_engine_check_ids(struct tern_engine *e, const int32_t *ids, int32_t n);
 
 #endif

@@ -72,7 +72,12 @@ static enum tern_status bind(struct loader *L, const char *name, int n_dims, con
     out->dtype = v.dtype;
     out->n_dims = n_dims;
     memcpy(out->shape, shape, sizeof(int64_t) * (size_t)n_dims);
-    TERN_TRY(L->be->ops->buf_from_host(L->be, v.data, v.n_bytes, &out->buf));
+    if ((uintptr_t)v.data % tern_dtype_size(v.dtype) == 0) {
+        TERN_TRY(L->be->ops->buf_from_host(L->be, v.data, v.n_bytes, &out->buf));
+    } else { /* safetensors does not promise alignment: copy a misaligned tensor */
+        TERN_TRY(L->be->ops->buf_alloc(L->be, v.n_bytes, &out->buf));
+        TERN_TRY(L->be->ops->upload(L->be, out, v.data, v.n_bytes));
+    }
     TERN_TRY(track_buf(L->w, out->buf));
     L->w->n_bytes += (int64_t)v.n_bytes;
     show_progress(L);

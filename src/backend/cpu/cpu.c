@@ -77,6 +77,15 @@ static enum tern_status cpu_download(struct tern_backend *be, void *dst,
     return TERN_OK;
 }
 
+static enum tern_status cpu_copy(struct tern_backend *be, const struct tern_dtensor *dst,
+                                 const struct tern_dtensor *src, size_t n_bytes)
+{
+    if (dst->offset + n_bytes > dst->buf->n_bytes || src->offset + n_bytes > src->buf->n_bytes)
+        return tern_error(TERN_E_INTERNAL, "cpu copy of %zu bytes past buffer end", n_bytes);
+    memmove(tern_cpu_ptr(dst), tern_cpu_ptr(src), n_bytes);
+    return TERN_OK;
+}
+
 static enum tern_status cpu_mem_info(struct tern_backend *be, size_t *free_bytes, size_t *total)
 {
     long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
@@ -104,6 +113,7 @@ static const struct tern_backend_ops cpu_ops = {
     .buf_free = cpu_buf_free,
     .upload = cpu_upload,
     .download = cpu_download,
+    .copy = cpu_copy,
     .mem_info = cpu_mem_info,
     .sync = cpu_sync,
     .get_rows = tern_cpu_get_rows,

@@ -1,0 +1,283 @@
+/*
+ * loop.c — the step loop thread (see serve.c for the overview).
+ */
+#include "engine/stream.h"
+
+#include <string.h>
+
+/* Ends a stream that never reached the scheduler (cancelled or failed). */
+static void finish_unsubmitted(struct tern_engine *e, struct tern_stream *s,
+                               enum tern_finish_reason why, enum tern_status st, const char *msg)
+{
+    for (int i = 0; i < s->sp.n; i++) {
+        struct tern_event ev = {0};
+        ev.type = TERN_EVENT_DONE;
+        ev.index = i;
+        ev.finish = why;
+        ev.status = st;
+        ev.final = i == s->sp.n - 1;
+        ev.prompt_tokens = s->n_prompt;
+        tern_stream_push(s, &ev, NULL, 0, msg);
+    }
+    tern_stream_unref(s);
+}
+
+/* Moves pending submissions into the scheduler and applies cancellations.
+ * Called with e->mu held and step_mu held. */
+static void drain(struct tern_engine *e)
+{
+    struct tern_stream *s = e->pending_head;
+    e->pending_head = e->pending_tail = NULL;
+    while (s) {
+        struct tern_stream *next = s->next;
+        s->next = NULL;
+        if (atomic_load(&s->cancel_asked)) {
+            e->stats.requests_cancelled++;
+            finish_unsubmitted(e, s, TERN_FINISH_CANCELLED, TERN_E_CANCELLED, NULL);
+        } else {
+            struct tern_sched_request rq = {s->prompt,   s->n_prompt,     s->sp.max_tokens,
+                                            s->sp.n,     s->stop_ids,     s->sp.n_stop_ids, s};
+            enum tern_status st = tern_sched_submit(e->sched, &rq, &s->req_id);
+            if (st != TERN_OK) {
+                e->stats.requests_rejected++;
+                finish_unsubmitted(e, s, TERN_FINISH_ERROR, st, tern_last_error());
+            } else {
+                s->submitted = true;
+                e->stats.prompt_tokens += s->n_prompt;
+            }
+        }
+        s = next;
+    }
+    struct tern_stream *c = e->cancel_head;
+    e->cancel_head = NULL;
+    while (c) {
+        struct tern_stream *next = c->cancel_next;
+        if (c->submitted) tern_sched_cancel(e->sched, c->req_id);
+        tern_stream_unref(c); /* the cancel list's reference */
+        c = next;
+    }
+}
+
+static enum tern_finish_reason finish_of(enum tern_sched_finish f)
+{
+    switch (f) {
+    case TERN_SCHED_FINISH_STOP: return TERN_FINISH_STOP;
+    case TERN_SCHED_FINISH_LENGTH: return TERN_FINISH_LENGTH;
+    case TERN_SCHED_FINISH_CANCELLED: return TERN_FINISH_CANCELLED;
+    default: return TERN_FINISH_NONE;
+    }
+}
+
+static void report_finished(struct tern_engine *e, const struct tern_sched_out *out)
+{
+    for (int32_t i = 0; i < out->n_finished; i++) {
+        const struct tern_sched_done *d = &out->finished[i];
+        struct tern_stream *s = d->user;
+        struct tern_event ev = {0};
+        ev.type = TERN_EVENT_DONE;
+        ev.index = d->seq_idx;
+        ev.finish = finish_of(d->reason);
+        ev.status = d->reason == TERN_SCHED_FINISH_CANCELLED ? TERN_E_CANCELLED : TERN_OK;
+        ev.prompt_tokens = d->n_prompt;
+        ev.cached_tokens = d->n_cached;
+        ev.completion_tokens = d->n_tokens - d->n_prompt;
+        ev.queue_ns = (int64_t)(s->t_admit ? s->t_admit - s->t_submit : 0);
+        ev.ttft_ns = (int64_t)(s->t_first ? s->t_first - s->t_submit : 0);
+        ev.final = d->req_done;
+        const char *tail = NULL;
+        size_t tail_len = 0;
+        if (s->detok && d->reason != TERN_SCHED_FINISH_CANCELLED)
+            tern_detok_stream_flush(s->detok[d->seq_idx], &tail, &tail_len);
+        pthread_mutex_lock(&e->mu);
+        if (d->reason == TERN_SCHED_FINISH_CANCELLED) e->stats.requests_cancelled += d->req_done;
+        else e->stats.requests_finished += d->req_done;
+        e->stats.cached_prompt_tokens += d->seq_idx == 0 ? d->n_cached : 0;
+        pthread_mutex_unlock(&e->mu);
+        tern_stream_push(s, &ev, tail, tail_len, NULL);
+        if (d->req_done) tern_stream_unref(s); /* the engine's reference */
+    }
+}
+
+/* Copies whole blocks (every layer, K and V) as the scheduler asked. */
+static enum tern_status do_copies(struct tern_engine *e, const struct tern_sched_out *out)
+{
+    struct tern_model_core *m = &e->model->core;
+    struct tern_backend *be = m->be;
+    for (int32_t i = 0; i < out->n_copies; i++) {
+        for (int l = 0; l < m->hp.num_hidden_layers; l++) {
+            struct tern_dtensor *ts[2] = {&e->kv.layers[l].k, &e->kv.layers[l].v};
+            for (int j = 0; j < 2; j++) {
+                struct tern_dtensor src = tern_dtensor_rows(ts[j], out->copies[i].src, 1);
+                struct tern_dtensor dst = tern_dtensor_rows(ts[j], out->copies[i].dst, 1);
+                TERN_TRY(be->ops->copy(be, &dst, &src, tern_dtensor_bytes(&src)));
+            }
+        }
+    }
+    return TERN_OK;
+}
+
+/* Samples every row; forced ids (testing) replace the draw. */
+static enum tern_status sample_rows(struct tern_engine *e, struct tern_sched_out *out,
+                                    struct tern_sample_result *res)
+{
+    struct tern_model_core *m = &e->model->core;
+    int32_t V = m->hp.vocab_size, n = out->n_samples;
+    struct tern_dtensor rows = tern_dtensor_rows(&e->fwd.logits, 0, n);
+    TERN_TRY(m->be->ops->download(m->be, e->hb.logits, &rows, (size_t)n * (size_t)V * 4));
+    for (int32_t r = 0; r < n; r++) {
+        const struct tern_sched_sample *sm = &out->samples[r];
+        struct tern_stream *s = sm->user;
+        struct tern_sample_ctx ctx = {sm->tokens, sm->n_prompt, sm->n_tokens,
+                                      (uint32_t)sm->seq_idx, (uint64_t)sm->n_generated};
+        TERN_TRY(tern_sampler_sample(e->sampler, e->hb.logits + (size_t)r * V, &s->sample, &ctx,
+                                     &res[r]));
+        if (s->n_forced > 0)
+            res[r].token = s->forced[sm->n_generated < s->n_forced ? sm->n_generated
+                                                                    : s->n_forced - 1];
+        e->hb.sampled[r] = res[r].token;
+    }
+    return TERN_OK;
+}
+
+static void emit_tokens(struct tern_engine *e, struct tern_sched_out *out,
+                        const struct tern_sample_result *res)
+{
+    uint64_t now = tern_now_ns();
+    for (int32_t r = 0; r < out->n_samples; r++) {
+        const struct tern_sched_sample *sm = &out->samples[r];
+        struct tern_stream *s = sm->user;
+        if (sm->finish == TERN_SCHED_FINISH_CANCELLED) continue;
+        if (!s->t_first) s->t_first = now;
+        struct tern_event ev = {0};
+        ev.type = TERN_EVENT_TOKEN;
+        ev.index = sm->seq_idx;
+        ev.token = sm->token;
+        ev.logprob = res[r].logprob;
+        ev.n_top = s->sp.logprobs > 0 ? res[r].n_top : 0;
+        ev.top_ids = res[r].top_ids;
+        ev.top_logprobs = res[r].top_logprobs;
+        const char *piece = NULL;
+        size_t len = 0;
+        if (s->detok) tern_detok_stream_push(s->detok[sm->seq_idx], sm->token, &piece, &len);
+        tern_stream_push(s, &ev, piece, len, NULL);
+        /* a forced script that ran out ends its sequence */
+        if (s->n_forced > 0 && sm->finish == TERN_SCHED_FINISH_NONE &&
+            sm->n_generated + 1 >= s->n_forced)
+            tern_sched_stop(e->sched, sm->req_id, sm->seq_idx);
+    }
+    pthread_mutex_lock(&e->mu);
+    e->stats.generated_tokens += out->n_samples;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* One step. Returns false when there was nothing to do. */
+static bool step(struct tern_engine *e, struct tern_sample_result *res)
+{
+    struct tern_sched_out *out = tern_sched_schedule(e->sched);
+    report_finished(e, out);
+    if (out->n_entries == 0) return out->n_finished > 0;
+    uint64_t now = tern_now_ns();
+    for (int32_t i = 0; i < out->n_entries; i++) {
+        struct tern_stream *s = out->entries[i].user;
+        if (!s->t_admit) s->t_admit = now;
+    }
+    struct tern_sched_batch_storage st = {e->hb.ids,    e->hb.pos,   e->hb.qstart, e->hb.seqlen,
+                                          e->hb.btable, e->hb.slots, e->hb.lidx};
+    struct tern_batch batch;
+    tern_sched_build_batch(e->sched, &st, &batch);
+    enum tern_status s = do_copies(e, out);
+    if (s == TERN_OK) s = tern_model_forward(&e->model->core, &e->fwd, &e->kv, &batch);
+    if (s == TERN_OK && out->n_samples) s = sample_rows(e, out, res);
+    if (s != TERN_OK) {
+        /* A device failure mid-step: fail every request in this step. */
+        tern_log(TERN_LOG_ERROR, "engine step failed: %s", tern_last_error());
+        for (int32_t i = 0; i < out->n_entries; i++)
+            tern_sched_cancel(e->sched, out->entries[i].req_id);
+        return true;
+    }
+    tern_sched_commit(e->sched, e->hb.sampled);
+    emit_tokens(e, out, res);
+    pthread_mutex_lock(&e->mu);
+    e->stats.steps++;
+    pthread_mutex_unlock(&e->mu);
+    return true;
+}
+
+static void update_gauges(struct tern_engine *e)
+{
+    struct tern_kv *kv = tern_sched_kv(e->sched);
+    pthread_mutex_lock(&e->mu);
+    e->stats.running = tern_sched_n_running(e->sched);
+    e->stats.waiting = tern_sched_n_waiting(e->sched);
+    e->stats.kv_blocks_total = tern_kv_n_blocks(kv);
+    e->stats.kv_blocks_free = tern_kv_n_free(kv);
+    e->stats.kv_blocks_used = e->stats.kv_blocks_total - e->stats.kv_blocks_free;
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void *loop_main(void *arg)
+{
+    struct tern_engine *e = arg;
+    struct tern_sample_result *res = tern_calloc((size_t)e->max_logits, sizeof *res);
+    bool busy = false;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (!e->stop && !busy && !e->pending_head && !e->cancel_head)
+            pthread_cond_wait(&e->cv, &e->mu);
+        bool stop = e->stop;
+        pthread_mutex_unlock(&e->mu);
+        if (stop) break;
+        pthread_mutex_lock(&e->step_mu);
+        pthread_mutex_lock(&e->mu);
+        drain(e);
+        pthread_mutex_unlock(&e->mu);
+        busy = res ? step(e, res) : false;
+        if (!res) tern_log(TERN_LOG_ERROR, "engine: out of memory for sampling results");
+        update_gauges(e);
+        pthread_mutex_unlock(&e->step_mu);
+        if (!busy && tern_sched_n_requests(e->sched) > 0) busy = true;
+    }
+    tern_free(res);
+    return NULL;
+}
+
+enum tern_status tern_engine_start(struct tern_engine *e)
+{
+    if (!e) return tern_error(TERN_E_INVALID_ARG, "engine is NULL");
+    pthread_mutex_lock(&e->mu);
+    enum tern_status st = TERN_OK;
+    if (!e->started) {
+        if (pthread_create(&e->thread, NULL, loop_main, e) != 0)
+            st = tern_error(TERN_E_INTERNAL, "engine: cannot start the step thread");
+        else e->started = true;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+void tern_engine_stop_loop(struct tern_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    bool started = e->started;
+    e->stop = true;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (started) pthread_join(e->thread, NULL);
+    e->started = false;
+    /* End whatever is left: pending ones directly, scheduled ones by cancel. */
+    pthread_mutex_lock(&e->mu);
+    struct tern_stream *s = e->pending_head;
+    for (; s; s = s->next) atomic_store(&s->cancel_asked, true);
+    drain(e);
+    pthread_mutex_unlock(&e->mu);
+    if (!e->sched) return;
+    for (int guard = 0; guard < 1000 && tern_sched_n_requests(e->sched) > 0; guard++) {
+        struct tern_sched_out *out = tern_sched_schedule(e->sched);
+        for (int32_t i = 0; i < out->n_entries; i++)
+            tern_sched_cancel(e->sched, out->entries[i].req_id);
+        report_finished(e, out);
+        if (out->n_entries == 0 && out->n_finished == 0) break;
+    }
+    struct tern_sched_out *out = tern_sched_schedule(e->sched);
+    report_finished(e, out);
+}
