@@ -240,7 +240,7 @@ struct srv_gen *srv_gen_create(const struct srv_model_ctx *mc, struct srv_req *r
     tr.ids = p->ids;
     tr.n_ids = p->n_ids;
     tr.sampling = sampling_of(mc, &g->req);
-    tr.detokenize = true;
+    tr.detokenize = mc->tok != NULL;
     tr.forced_ids = p->forced;
     tr.n_forced = p->n_forced;
     g->submit_ns = now_ns();
@@ -419,7 +419,7 @@ static bool feed(struct srv_gen *g, int i, const char *text, size_t len, bool en
     struct srv_buf safe = {0}, rs = {0}, cs = {0}, out = {0};
     bool stopped = len ? srv_stop_push(&c->stop, text, len, &safe) : c->stop.stopped;
     bool fin = end || stopped;
-    if (fin) srv_stop_flush(&c->stop, &safe);
+    if (fin && srv_stop_flush(&c->stop, &safe)) stopped = true;
     if (safe.len) srv_reason_push(&c->reason, safe.p, safe.len, &rs, &cs);
     if (fin) srv_reason_flush(&c->reason, &rs, &cs);
     if (cs.len) srv_tools_push(&c->tools, cs.p, cs.len, &out, &c->calls, &c->n_calls);

@@ -13,6 +13,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Replaces bytes that are not valid UTF-8 (from a client's body, or cut by
+ * truncation) with '?', and control characters with ' ', so that the message
+ * is one line that can go into JSON. */
+static void utf8_scrub(char *s)
+{
+    unsigned char *p = (unsigned char *)s;
+    while (*p) {
+        int n = *p < 0x80 ? 1 : (*p >> 5) == 6 ? 2 : (*p >> 4) == 14 ? 3 : (*p >> 3) == 30 ? 4 : 0;
+        bool ok = n > 0;
+        for (int k = 1; ok && k < n; k++) ok = (p[k] & 0xC0) == 0x80;
+        if (ok && n > 1) {
+            json_t *j = json_stringn((const char *)p, (size_t)n); /* overlongs, surrogates */
+            ok = j != NULL;
+            json_decref(j);
+        }
+        if (!ok) {
+            *p++ = '?';
+            continue;
+        }
+        if (*p < 0x20) *p = ' ';
+        p += n;
+    }
+}
+
 void srv_err_set(struct srv_err *e, int http, const char *param, const char *fmt, ...)
 {
     e->http = http;
@@ -27,6 +51,8 @@ void srv_err_set(struct srv_err *e, int http, const char *param, const char *fmt
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
+    utf8_scrub(e->message);
+    utf8_scrub(e->param);
 }
 
 char *srv_err_json(const struct srv_err *e)
@@ -643,7 +669,7 @@ json_t *srv_req_template_context(const struct srv_req *r, const char *bos, const
     json_t *v;
     if (r->template_kwargs)
         json_object_foreach(r->template_kwargs, k, v) json_object_set(ctx, k, v);
-    json_object_set(ctx, "messages", r->messages ? r->messages : json_array());
+    json_object_set_new(ctx, "messages", r->messages ? json_incref(r->messages) : json_array());
     json_object_set_new(ctx, "add_generation_prompt", json_true());
     json_object_set_new(ctx, "bos_token", json_string(bos ? bos : ""));
     json_object_set_new(ctx, "eos_token", json_string(eos ? eos : ""));

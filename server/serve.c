@@ -271,7 +271,13 @@ int tern_cmd_serve(int argc, char **argv)
         }
     }
     fprintf(stderr, "tern serve: shutting down\n");
-    if (!loaded) pthread_join(loader, NULL);
+    if (!loaded) {
+        /* A signal while loading: the loader may take long (or be stuck), so
+         * leave it; the process ends with this return. */
+        srv_http_quiesce(&s);
+        srv_http_stop(&s);
+        return rc;
+    }
     atomic_store(&s.state, SRV_STOPPING);
     srv_http_quiesce(&s);
     if (!drain(&s, 5000)) {

@@ -48,7 +48,8 @@ void srv_buf_free(struct srv_buf *b);
 
 /* Matches stop strings on decoded text across token boundaries. Text pushed in
  * comes out minus a held-back tail that could still begin a stop string; the
- * stop string itself is never emitted. */
+ * stop string itself is never emitted. The output ends at the earliest-starting
+ * stop string of the whole text, however the text was split. */
 struct srv_stop {
     char *stops[SRV_MAX_STOP];
     int n_stops;
@@ -61,8 +62,9 @@ bool srv_stop_init(struct srv_stop *s, char *const *stops, int n_stops);
 /* Appends `text`; writes the text now safe to emit into *out (appended). Returns
  * true when a stop string matched (then nothing more is emitted, ever). */
 bool srv_stop_push(struct srv_stop *s, const char *text, size_t len, struct srv_buf *out);
-/* End of output: emits what was held back (when no stop matched). */
-void srv_stop_flush(struct srv_stop *s, struct srv_buf *out);
+/* End of output: emits what was held back; true when a held-back full match
+ * turned out to be the stop. */
+bool srv_stop_flush(struct srv_stop *s, struct srv_buf *out);
 void srv_stop_deinit(struct srv_stop *s);
 
 /* ---------------------------------------------------------------- reasoning */

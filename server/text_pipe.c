@@ -104,6 +104,27 @@ bool srv_stop_init(struct srv_stop *s, char *const *stops, int n_stops)
     return true;
 }
 
+/* The earliest-starting full match of any stop string in s[0..n), or NULL. */
+static const char *stop_first(const struct srv_stop *s, const char *p, size_t n)
+{
+    const char *first = NULL;
+    for (int i = 0; i < s->n_stops; i++) {
+        const char *m = find_mem(p, n, s->stops[i]);
+        if (m && (!first || m < first)) first = m;
+    }
+    return first;
+}
+
+static void stop_at(struct srv_stop *s, const char *first, struct srv_buf *out)
+{
+    srv_buf_add(out, s->pending.p, (size_t)(first - s->pending.p));
+    srv_buf_consume(&s->pending, s->pending.len);
+    s->stopped = true;
+}
+
+/* The output ends at the earliest-starting stop string of the whole text. A
+ * full match is acted on only once no earlier-starting stop string could
+ * still complete, so the result does not depend on how text was split. */
 bool srv_stop_push(struct srv_stop *s, const char *text, size_t len, struct srv_buf *out)
 {
     if (s->stopped) return true;
@@ -114,33 +135,33 @@ bool srv_stop_push(struct srv_stop *s, const char *text, size_t len, struct srv_
     srv_buf_add(&s->pending, text, len);
     const char *p = s->pending.p;
     size_t n = s->pending.len;
-    /* The earliest match of any stop string ends the output. */
-    const char *first = NULL;
-    for (int i = 0; i < s->n_stops; i++) {
-        const char *m = find_mem(p, n, s->stops[i]);
-        if (m && (!first || m < first)) first = m;
-    }
-    if (first) {
-        srv_buf_add(out, p, (size_t)(first - p));
-        srv_buf_consume(&s->pending, n);
-        s->stopped = true;
-        return true;
-    }
-    /* Hold back the longest tail that could still begin a stop string. */
+    const char *first = stop_first(s, p, n);
+    /* the longest tail that could still begin a stop string */
     size_t keep = 0;
     for (int i = 0; i < s->n_stops; i++) {
         size_t k = partial_suffix(p, n, s->stops[i]);
         if (k > keep) keep = k;
+    }
+    if (first && (keep == 0 || p + n - keep >= first)) {
+        stop_at(s, first, out);
+        return true;
     }
     srv_buf_add(out, p, n - keep);
     srv_buf_consume(&s->pending, n - keep);
     return false;
 }
 
-void srv_stop_flush(struct srv_stop *s, struct srv_buf *out)
+bool srv_stop_flush(struct srv_stop *s, struct srv_buf *out)
 {
-    if (!s->stopped) srv_buf_add(out, s->pending.p ? s->pending.p : "", s->pending.len);
+    if (s->stopped) return true;
+    const char *first = s->pending.len ? stop_first(s, s->pending.p, s->pending.len) : NULL;
+    if (first) {
+        stop_at(s, first, out);
+        return true;
+    }
+    srv_buf_add(out, s->pending.p ? s->pending.p : "", s->pending.len);
     srv_buf_consume(&s->pending, s->pending.len);
+    return false;
 }
 
 void srv_stop_deinit(struct srv_stop *s)

@@ -54,7 +54,7 @@ static void run_pipe(const struct pipe_cfg *cfg, const char *text, size_t chunk,
         struct srv_buf safe = {0}, r = {0}, c = {0};
         if (len) o->stopped = srv_stop_push(&st, text + i, len, &safe);
         bool fin = end || o->stopped;
-        if (fin) srv_stop_flush(&st, &safe);
+        if (fin && srv_stop_flush(&st, &safe)) o->stopped = true;
         if (safe.len) srv_reason_push(&rs, safe.p, safe.len, &r, &c);
         if (fin) srv_reason_flush(&rs, &r, &c);
         if (c.len) assert_true(srv_tools_push(&tl, c.p, c.len, &o->content, &o->calls, &o->n_calls));
@@ -117,6 +117,12 @@ static void test_stop_across_pieces(void **state)
     check(&multi, "abcXYdefSTOP", "abcXYdef", "", 0, NULL, NULL);
     check(&multi, "line one\n\nline two", "line one", "", 0, NULL, NULL);
     check(&multi, "no stop at all", "no stop at all", "", 0, NULL, NULL);
+    /* overlapping stops: the earliest-starting one wins however the text is split */
+    struct pipe_cfg over = {.stops = {"</tool_call>", "a"}, .n_stops = 2};
+    check(&over, "xy}</tool_call>", "xy}", "", 0, NULL, NULL);
+    struct pipe_cfg over2 = {.stops = {"abcd", "bc"}, .n_stops = 2};
+    check(&over2, "zzabcx", "zza", "", 0, NULL, NULL);
+    check(&over2, "zzabcd", "zz", "", 0, NULL, NULL);
     struct pipe_cfg utf = {.stops = {"\xc3\xa9t\xc3\xa9"}, .n_stops = 1};
     check(&utf, "un \xc3\xa9t\xc3\xa9 chaud", "un ", "", 0, NULL, NULL);
 }
