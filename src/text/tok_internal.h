@@ -36,7 +36,7 @@ struct tok_vocab {
     uint32_t *off, *len; /* [n] the token's bytes in strs */
     char *strs;
     size_t strs_len, strs_cap;
-    int32_t *slots; /* [mask + 1] id or -1 */
+    uint64_t *slots; /* [mask + 1] hash tag << 32 | (id + 1); 0 = empty */
     uint32_t mask;
     int32_t n_keys;
 };
@@ -55,9 +55,13 @@ static inline const char *tok_vocab_str(const struct tok_vocab *v, int32_t id, s
 }
 
 /* (left id, right id) -> (rank, merged id). */
+struct tok_merge_slot {
+    uint64_t key; /* left << 32 | right, UINT64_MAX = empty */
+    int32_t rank, new_id;
+};
+
 struct tok_merges {
-    uint64_t *keys; /* [mask + 1] (left << 32 | right), UINT64_MAX = empty */
-    int32_t *rank, *new_id;
+    struct tok_merge_slot *slots; /* [mask + 1] */
     uint32_t mask;
     int32_t n;
 };
@@ -68,16 +72,17 @@ enum tern_status tok_merges_add(struct tok_merges *m, int32_t a, int32_t b, int3
 static inline bool tok_merges_get(const struct tok_merges *m, int32_t a, int32_t b, int32_t *rank,
                                   int32_t *new_id)
 {
-    if (!m->keys) return false;
+    if (!m->slots) return false;
     uint64_t k = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
     uint64_t h = k * 0x9E3779B97F4A7C15ull;
     for (uint32_t i = (uint32_t)(h >> 32) & m->mask;; i = (i + 1) & m->mask) {
-        if (m->keys[i] == k) {
-            *rank = m->rank[i];
-            *new_id = m->new_id[i];
+        const struct tok_merge_slot *x = &m->slots[i];
+        if (x->key == k) {
+            *rank = x->rank;
+            *new_id = x->new_id;
             return true;
         }
-        if (m->keys[i] == UINT64_MAX) return false;
+        if (x->key == UINT64_MAX) return false;
     }
 }
 void tok_merges_deinit(struct tok_merges *m);
@@ -257,6 +262,10 @@ struct tern_tokenizer {
 
 enum tern_status tok_json_scan_model(char *buf, size_t len, struct tern_tokenizer *tok,
                                      const char *path);
+/* The raw text of a top-level member's value (*start NULL when absent);
+ * TERN_E_FORMAT (no message) on malformed JSON. */
+enum tern_status tok_json_top_value(const char *buf, size_t len, const char *key,
+                                    const char **start, size_t *vlen);
 
 enum tern_status tok_normalize(const struct tern_tokenizer *tok, struct tok_rx *rx, const char *s,
                                size_t len, struct tern_str *out);

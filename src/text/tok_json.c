@@ -160,12 +160,24 @@ static bool eat(struct scan *s, char c)
     return false;
 }
 
+/* Number of '"' in the range: sizes the hash tables before loading (an
+ * oversized table costs cache misses on every lookup). */
+static size_t count_quotes(const char *p, const char *end)
+{
+    size_t n = 0;
+    while ((p = memchr(p, '"', (size_t)(end - p)))) {
+        n++;
+        p++;
+    }
+    return n;
+}
+
 static enum tern_status load_vocab(struct scan *s, struct tern_tokenizer *tok)
 {
     struct tern_str key = {0};
     enum tern_status st = TERN_OK;
     size_t bytes = (size_t)(s->end - s->p);
-    st = tok_vocab_reserve(&tok->vocab, (int32_t)(bytes / 12 + 16), bytes);
+    st = tok_vocab_reserve(&tok->vocab, (int32_t)(count_quotes(s->p, s->end) / 2 + 16), bytes);
     if (st) goto fail;
     if (!eat(s, '{')) goto malformed;
     if (eat(s, '}')) goto done;
@@ -208,9 +220,12 @@ static enum tern_status add_merge(struct tern_tokenizer *tok, struct tern_str *a
 static enum tern_status load_merges(struct scan *s, struct tern_tokenizer *tok)
 {
     struct tern_str a = {0}, b = {0};
-    enum tern_status st = tok_merges_reserve(&tok->merges, (size_t)(s->end - s->p) / 10 + 16);
-    if (st) goto fail;
+    enum tern_status st = TERN_OK;
     if (!eat(s, '[')) goto malformed;
+    skip_ws(s);
+    bool pairs = s->p < s->end && *s->p == '[';
+    st = tok_merges_reserve(&tok->merges, count_quotes(s->p, s->end) / (pairs ? 4 : 2) + 16);
+    if (st) goto fail;
     if (eat(s, ']')) goto done;
     for (int32_t rank = 0;; rank++) {
         skip_ws(s);
@@ -328,4 +343,35 @@ enum tern_status tok_json_scan_model(char *buf, size_t len, struct tern_tokenize
     }
     blank(buf + (v - buf), ve, '{', '}');
     return TERN_OK;
+}
+
+enum tern_status tok_json_top_value(const char *buf, size_t len, const char *key,
+                                    const char **start, size_t *vlen)
+{
+    struct scan s = {buf, buf + len, "json"};
+    struct tern_str k = {0};
+    *start = NULL;
+    *vlen = 0;
+    if (!eat(&s, '{')) goto malformed;
+    if (eat(&s, '}')) goto done;
+    for (;;) {
+        skip_ws(&s);
+        if (!read_string(&s, &k) || !eat(&s, ':')) goto malformed;
+        skip_ws(&s);
+        const char *v = s.p;
+        if (!skip_value(&s)) goto malformed;
+        if (k.data && !strcmp(k.data, key)) {
+            *start = v;
+            *vlen = (size_t)(s.p - v);
+        }
+        if (eat(&s, ',')) continue;
+        if (eat(&s, '}')) break;
+        goto malformed;
+    }
+done:
+    tern_str_deinit(&k);
+    return TERN_OK;
+malformed:
+    tern_str_deinit(&k);
+    return TERN_E_FORMAT;
 }

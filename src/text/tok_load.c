@@ -451,11 +451,34 @@ static enum tern_status build_added(struct tern_tokenizer *tok)
 
 /* ------------------------------------------------------------ config */
 
-static int32_t config_token(struct tern_tokenizer *tok, json_t *cfg, const char *key)
+/* A top-level value of tokenizer_config.json, parsed alone: the file can be
+ * over a megabyte (added_tokens_decoder, chat templates) and only four small
+ * members matter here. NULL when absent. */
+static json_t *config_value(const char *buf, size_t len, const char *key)
 {
-    json_t *v = json_object_get(cfg, key);
+    const char *v;
+    size_t vlen;
+    if (tok_json_top_value(buf, len, key, &v, &vlen) || !v) return NULL;
+    json_error_t err;
+    return json_loadb(v, vlen, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &err);
+}
+
+static int32_t config_token(struct tern_tokenizer *tok, const char *buf, size_t len,
+                            const char *key)
+{
+    json_t *v = config_value(buf, len, key);
     const char *s = json_is_string(v) ? json_string_value(v) : jstr(v, "content");
-    return s ? tern_tokenizer_token_id(tok, s) : -1;
+    int32_t id = s ? tern_tokenizer_token_id(tok, s) : -1;
+    json_decref(v);
+    return id;
+}
+
+static bool config_bool(const char *buf, size_t len, const char *key)
+{
+    json_t *v = config_value(buf, len, key);
+    bool b = json_is_true(v);
+    json_decref(v);
+    return b;
 }
 
 static enum tern_status load_config(struct tern_tokenizer *tok, const char *dir)
@@ -468,21 +491,22 @@ static enum tern_status load_config(struct tern_tokenizer *tok, const char *dir)
         if (tok->n_pp_pre == 1) tok->bos_id = tok->pp_pre[0];
         return TERN_OK;
     }
-    json_error_t err;
-    json_t *cfg = json_load_file(path, JSON_DECODE_INT_AS_REAL, &err);
-    if (!cfg || !json_is_object(cfg)) {
-        enum tern_status st = tern_error(TERN_E_FORMAT, "%s:%d: %s", path, err.line, err.text);
-        json_decref(cfg);
-        tern_free(path);
-        return st;
+    char *buf = NULL;
+    size_t len = 0;
+    const char *v;
+    size_t vlen;
+    enum tern_status st = tern_file_read(path, &buf, &len);
+    if (!st && tok_json_top_value(buf, len, "bos_token", &v, &vlen))
+        st = tern_error(TERN_E_FORMAT, "%s: malformed JSON", path);
+    if (!st) {
+        tok->bos_id = config_token(tok, buf, len, "bos_token");
+        tok->eos_id = config_token(tok, buf, len, "eos_token");
+        tok->add_bos = config_bool(buf, len, "add_bos_token") && tok->bos_id >= 0;
+        tok->add_eos = config_bool(buf, len, "add_eos_token") && tok->eos_id >= 0;
     }
-    tok->bos_id = config_token(tok, cfg, "bos_token");
-    tok->eos_id = config_token(tok, cfg, "eos_token");
-    tok->add_bos = jbool(cfg, "add_bos_token", false) && tok->bos_id >= 0;
-    tok->add_eos = jbool(cfg, "add_eos_token", false) && tok->eos_id >= 0;
-    json_decref(cfg);
+    tern_free(buf);
     tern_free(path);
-    return TERN_OK;
+    return st;
 }
 
 /* ------------------------------------------------------------ open / close */

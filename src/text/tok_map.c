@@ -31,24 +31,38 @@ uint64_t tok_hash_bytes(const char *s, size_t n)
 
 /* ------------------------------------------------------------ vocab */
 
+#define SLOT_ID(x) ((int32_t)(uint32_t)(x) - 1)
+#define SLOT_TAG(h) ((h) >> 32 << 32)
+
+/* Finds the slot of string s (hash h): its index, or the empty slot where it
+ * would go. The hash tag in each slot spares most string compares. */
+static uint32_t vocab_probe(const struct tok_vocab *v, const uint64_t *slots, uint32_t mask,
+                            const char *s, size_t len, uint64_t h)
+{
+    uint64_t tag = SLOT_TAG(h);
+    for (uint32_t i = (uint32_t)h & mask;; i = (i + 1) & mask) {
+        uint64_t x = slots[i];
+        if (!x) return i;
+        if (SLOT_TAG(x) != tag) continue;
+        int32_t o = SLOT_ID(x);
+        if (v->len[o] == len && memcmp(v->strs + v->off[o], s, len) == 0) return i;
+    }
+}
+
 /* Rebuilds the index over every id in order; the first id of a string wins. */
 static enum tern_status vocab_rehash(struct tok_vocab *v, uint32_t n_slots)
 {
-    int32_t *slots = tern_malloc((size_t)n_slots * sizeof *slots);
+    uint64_t *slots = tern_calloc(n_slots, sizeof *slots);
     if (!slots) return TERN_E_NO_MEMORY;
-    memset(slots, 0xff, (size_t)n_slots * sizeof *slots);
     uint32_t mask = n_slots - 1;
     int32_t n_keys = 0;
     for (int32_t id = 0; id < v->n; id++) {
         if (v->off[id] == UINT32_MAX) continue;
         const char *s = v->strs + v->off[id];
-        uint32_t j = (uint32_t)tok_hash_bytes(s, v->len[id]) & mask;
-        for (; slots[j] >= 0; j = (j + 1) & mask) {
-            int32_t o = slots[j];
-            if (v->len[o] == v->len[id] && memcmp(v->strs + v->off[o], s, v->len[id]) == 0) break;
-        }
-        if (slots[j] < 0) {
-            slots[j] = id;
+        uint64_t h = tok_hash_bytes(s, v->len[id]);
+        uint32_t j = vocab_probe(v, slots, mask, s, v->len[id], h);
+        if (!slots[j]) {
+            slots[j] = SLOT_TAG(h) | (uint32_t)(id + 1);
             n_keys++;
         }
     }
@@ -85,7 +99,7 @@ enum tern_status tok_vocab_reserve(struct tok_vocab *v, int32_t n_ids, size_t n_
         v->strs_cap = n_bytes;
     }
     uint32_t want = 16;
-    while (want < (uint32_t)n_ids * 2u + 2u) want <<= 1;
+    while (want < (uint32_t)n_ids + (uint32_t)n_ids / 2u + 2u) want <<= 1;
     if (!v->slots || want > v->mask + 1) TERN_TRY(vocab_rehash(v, want));
     return TERN_OK;
 }
@@ -93,12 +107,8 @@ enum tern_status tok_vocab_reserve(struct tok_vocab *v, int32_t n_ids, size_t n_
 int32_t tok_vocab_find(const struct tok_vocab *v, const char *s, size_t len)
 {
     if (!v->slots) return -1;
-    uint64_t h = tok_hash_bytes(s, len);
-    for (uint32_t i = (uint32_t)h & v->mask;; i = (i + 1) & v->mask) {
-        int32_t id = v->slots[i];
-        if (id < 0) return -1;
-        if (v->len[id] == len && memcmp(v->strs + v->off[id], s, len) == 0) return id;
-    }
+    uint64_t x = v->slots[vocab_probe(v, v->slots, v->mask, s, len, tok_hash_bytes(s, len))];
+    return x ? SLOT_ID(x) : -1;
 }
 
 enum tern_status tok_vocab_set(struct tok_vocab *v, int32_t id, const char *s, size_t len)
@@ -114,7 +124,7 @@ enum tern_status tok_vocab_set(struct tok_vocab *v, int32_t id, const char *s, s
         v->strs = p;
         v->strs_cap = cap;
     }
-    if (!v->slots || (uint32_t)(v->n_keys + 1) * 2u > v->mask + 1)
+    if (!v->slots || (uint64_t)(v->n_keys + 1) * 3u > (uint64_t)(v->mask + 1) * 2u)
         TERN_TRY(vocab_rehash(v, v->slots ? (v->mask + 1) * 2 : 1024));
     memcpy(v->strs + v->strs_len, s, len);
     v->strs[v->strs_len + len] = '\0';
@@ -128,12 +138,9 @@ enum tern_status tok_vocab_set(struct tok_vocab *v, int32_t id, const char *s, s
     v->off[id] = off;
     v->len[id] = (uint32_t)len;
     uint64_t h = tok_hash_bytes(s, len);
-    uint32_t i = (uint32_t)h & v->mask;
-    for (; v->slots[i] >= 0; i = (i + 1) & v->mask) {
-        int32_t o = v->slots[i];
-        if (v->len[o] == len && memcmp(v->strs + v->off[o], s, len) == 0) return TERN_OK;
-    }
-    v->slots[i] = id;
+    uint32_t i = vocab_probe(v, v->slots, v->mask, s, len, h);
+    if (v->slots[i]) return TERN_OK; /* already indexed under an earlier id */
+    v->slots[i] = SLOT_TAG(h) | (uint32_t)(id + 1);
     v->n_keys++;
     return TERN_OK;
 }
@@ -152,34 +159,21 @@ void tok_vocab_deinit(struct tok_vocab *v)
 enum tern_status tok_merges_reserve(struct tok_merges *m, size_t n)
 {
     uint32_t want = 16;
-    while (want < n * 2 + 2) want <<= 1;
-    if (m->keys && want <= m->mask + 1) return TERN_OK;
-    uint64_t *keys = tern_malloc((size_t)want * sizeof *keys);
-    int32_t *rank = tern_malloc((size_t)want * sizeof *rank);
-    int32_t *nid = tern_malloc((size_t)want * sizeof *nid);
-    if (!keys || !rank || !nid) {
-        tern_free(keys);
-        tern_free(rank);
-        tern_free(nid);
-        return TERN_E_NO_MEMORY;
-    }
-    memset(keys, 0xff, (size_t)want * sizeof *keys);
+    while (want < n + n / 2 + 2) want <<= 1;
+    if (m->slots && want <= m->mask + 1) return TERN_OK;
+    struct tok_merge_slot *slots = tern_malloc((size_t)want * sizeof *slots);
+    if (!slots) return TERN_E_NO_MEMORY;
+    for (uint32_t i = 0; i < want; i++) slots[i].key = UINT64_MAX;
     uint32_t mask = want - 1;
-    if (m->keys) {
-        for (uint32_t i = 0; i <= m->mask; i++) {
-            uint64_t k = m->keys[i];
-            if (k == UINT64_MAX) continue;
-            uint32_t j = (uint32_t)((k * 0x9E3779B97F4A7C15ull) >> 32) & mask;
-            while (keys[j] != UINT64_MAX) j = (j + 1) & mask;
-            keys[j] = k;
-            rank[j] = m->rank[i];
-            nid[j] = m->new_id[i];
-        }
+    for (uint32_t i = 0; m->slots && i <= m->mask; i++) {
+        uint64_t k = m->slots[i].key;
+        if (k == UINT64_MAX) continue;
+        uint32_t j = (uint32_t)((k * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+        while (slots[j].key != UINT64_MAX) j = (j + 1) & mask;
+        slots[j] = m->slots[i];
     }
-    tok_merges_deinit(m);
-    m->keys = keys;
-    m->rank = rank;
-    m->new_id = nid;
+    tern_free(m->slots);
+    m->slots = slots;
     m->mask = mask;
     return TERN_OK;
 }
@@ -187,27 +181,20 @@ enum tern_status tok_merges_reserve(struct tok_merges *m, size_t n)
 enum tern_status tok_merges_add(struct tok_merges *m, int32_t a, int32_t b, int32_t rank,
                                 int32_t new_id)
 {
-    if (!m->keys || (uint32_t)(m->n + 1) * 2u > m->mask + 1) {
-        int32_t n = m->n;
+    if (!m->slots || (uint64_t)(m->n + 1) * 3 > (uint64_t)(m->mask + 1) * 2)
         TERN_TRY(tok_merges_reserve(m, (size_t)(m->n + 1) * 2));
-        m->n = n;
-    }
     uint64_t k = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
     uint32_t i = (uint32_t)((k * 0x9E3779B97F4A7C15ull) >> 32) & m->mask;
-    for (; m->keys[i] != UINT64_MAX; i = (i + 1) & m->mask)
-        if (m->keys[i] == k) return TERN_OK; /* first (lowest rank) wins, as in HF */
-    m->keys[i] = k;
-    m->rank[i] = rank;
-    m->new_id[i] = new_id;
+    for (; m->slots[i].key != UINT64_MAX; i = (i + 1) & m->mask)
+        if (m->slots[i].key == k) return TERN_OK; /* first (lowest rank) wins, as in HF */
+    m->slots[i] = (struct tok_merge_slot){k, rank, new_id};
     m->n++;
     return TERN_OK;
 }
 
 void tok_merges_deinit(struct tok_merges *m)
 {
-    tern_free(m->keys);
-    tern_free(m->rank);
-    tern_free(m->new_id);
+    tern_free(m->slots);
     memset(m, 0, sizeof *m);
 }
 
