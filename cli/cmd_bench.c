@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now_s(void)
 {
@@ -98,7 +99,7 @@ int tern_cmd_bench(int argc, char **argv)
     if (rc >= 0) return rc;
     struct tern_model_params mp = tern_model_default_params();
     mp.device = o.device;
-    mp.progress = !o.json;
+    mp.progress = !o.json && isatty(STDERR_FILENO);
     struct tern_model *m = NULL;
     struct tern_engine *e = NULL;
     int32_t *ids = NULL, *out = NULL;

@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Options shared by the model commands. */
 struct model_opts {
@@ -53,7 +54,7 @@ static int open_model(const char *cmd, const struct model_opts *o, struct tern_m
 {
     struct tern_model_params mp = tern_model_default_params();
     mp.device = o->device;
-    mp.progress = true;
+    mp.progress = isatty(STDERR_FILENO); /* a progress line only for people */
     enum tern_status st = tern_model_open(o->model, &mp, m);
     if (st != TERN_OK) return cli_fail(cmd, NULL, st);
     return 0;

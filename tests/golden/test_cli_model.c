@@ -124,7 +124,7 @@ static void test_bad_inputs(void **state)
                "model.layers.");
     /* a shape the file does not hold */
     expect_bad("sed -i 's/\"intermediate_size\": [0-9]*/\"intermediate_size\": 8/' config.json",
-               "intermediate_size");
+               "gate_proj.weight' has shape [192, 64], config expects [8, 64]");
 }
 
 static void test_bad_cli_args(void **state)
