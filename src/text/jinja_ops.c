@@ -284,7 +284,7 @@ static int slice_index(struct jrt *rt, struct jv *v, int64_t *out)
 static int slice_bounds(struct jrt *rt, size_t len, struct jv *start, struct jv *stop,
                         struct jv *step, int64_t *b, int64_t *st, size_t *count)
 {
-    int64_t n = (int64_t)len, s = 1, lo, hi;
+    int64_t n = (int64_t)len, s = 1, lo = 0, hi = 0;
     int r = slice_index(rt, step, &s);
     if (r < 0) return -1;
     if (s == 0) return jrt_fail(rt, "slice step cannot be zero");
