@@ -8,7 +8,7 @@ PKGS=(
   build-essential cmake pkg-config
   libjansson-dev libopenblas-dev libcmocka-dev libxxhash-dev
   libpcre2-dev libutf8proc-dev libmicrohttpd-dev
-  clang libclang-rt-dev libomp-dev xz-utils curl python3
+  clang libclang-rt-dev libomp-dev xz-utils curl python3 python3-venv
 )
 
 missing=()

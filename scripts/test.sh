@@ -20,6 +20,8 @@ while [ $# -gt 0 ]; do
 done
 
 scripts/install-deps.sh
+# Python packages for the end-to-end server tests (openai client, prometheus parser).
+scripts/setup-pytest.sh || echo "test.sh: server test venv unavailable; those tests will skip"
 jobs=$(nproc)
 cmake --preset "$preset" -DTERN_WERROR=ON "${extra_cmake[@]}" >/dev/null
 cmake --build "build/$preset" -j"$jobs"
