@@ -5,8 +5,8 @@
  * store in cuda_attn.c, kernels in *.cu.
  *
  * Activations and KV are BF16 here; ops also accept F32 activations where
- * that costs nothing (tests, logits). The calling thread must have the
- * backend's device current (creation makes it current on its thread).
+ * that costs nothing (tests, logits). Any thread may call in: every entry
+ * makes the backend's device current on it (tern_cuda_of).
  * Depends on backend/, the CUDA runtime and cuBLASLt.
  */
 #include "backend/cuda/cuda_internal.h"
@@ -29,6 +29,8 @@ enum tern_status tern_cuda_lt_fail(const char *call, int err, const char *file, 
     return tern_error(TERN_E_DEVICE, "cuda: %s failed: %s at %s:%d", call,
                       cublasLtGetStatusString((cublasStatus_t)err), file, line);
 }
+
+_Thread_local int tern_cuda_thread_device = -1;
 
 int tern_backend_cuda_device_count(void)
 {
@@ -59,6 +61,7 @@ static enum tern_status dev_malloc(void **p, size_t n_bytes, const char *what)
 static enum tern_status cu_buf_alloc(struct tern_backend *be, size_t n_bytes, struct tern_buf **out)
 {
     *out = NULL;
+    (void)tern_cuda_of(be); /* device current on this thread */
     struct tern_buf *b = tern_calloc(1, sizeof *b);
     if (!b) return TERN_E_NO_MEMORY;
     enum tern_status st = dev_malloc(&b->ptr, n_bytes, "a buffer");
@@ -74,6 +77,7 @@ static enum tern_status cu_buf_alloc(struct tern_backend *be, size_t n_bytes, st
 static void cu_buf_free(struct tern_backend *be, struct tern_buf *b)
 {
     if (!b) return;
+    (void)tern_cuda_of(be);
     cudaFree(b->ptr);
     tern_free(b);
 }
@@ -153,6 +157,7 @@ static enum tern_status cu_copy(struct tern_backend *be, const struct tern_dtens
 
 static enum tern_status cu_mem_info(struct tern_backend *be, size_t *free_bytes, size_t *total)
 {
+    (void)tern_cuda_of(be);
     TERN_CU(cudaMemGetInfo(free_bytes, total));
     return TERN_OK;
 }
@@ -371,8 +376,8 @@ void tern_cuda_graph_free(struct tern_cuda_graph *g)
 
 static void cu_destroy(struct tern_backend *be)
 {
+    if (!be) return;
     struct tern_cuda *c = tern_cuda_of(be);
-    if (!c) return;
     if (c->stream) cudaStreamSynchronize(c->stream);
     if (c->copy_stream) cudaStreamSynchronize(c->copy_stream);
     for (int i = 0; i < TERN_CUDA_STAGES; i++) {

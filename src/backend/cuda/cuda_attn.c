@@ -8,6 +8,10 @@
  * skips the other kind, so which kernel computes a sequence depends only on
  * that sequence, never on what else is in the batch.
  *
+ * Shapes those kernels do not take (head_dim other than 64/128, more than
+ * 16 query heads per KV head, rows that are not 16-byte multiples) go, every
+ * sequence of them, to the generic kernel (cuda_attn_generic.cu).
+ *
  * Decode splits: in deterministic mode every split covers
  * TERN_CUDA_DET_SPLIT KV positions, so a sequence's reduction order depends
  * only on its own length. In the default mode the split length is chosen
@@ -63,14 +67,27 @@ static enum tern_status attn_check(const struct tern_dtensor *qkv, const struct 
                           "cuda attention: qkv, caches and out must be BF16, caches [n_blocks, "
                           "%d, %d, %d], out [T, n_heads * head_dim]",
                           b->block_size, p->n_kv_heads, p->head_dim);
-    if (width % 8 || ow % 8 || (tern_cuda_ptr(qkv) && (uintptr_t)tern_cuda_ptr(qkv) % 16))
-        return tern_error(TERN_E_INVALID_ARG,
-                          "cuda attention: qkv and out rows must be multiples of 8 elements and "
-                          "16-byte aligned");
-    if (p->head_dim != 64 && p->head_dim != 128 && p->head_dim != 256)
-        return tern_error(TERN_E_UNSUPPORTED, "cuda attention: head_dim %d (64, 128, 256 only)",
+    if (p->head_dim < 1 || p->head_dim > 256)
+        return tern_error(TERN_E_UNSUPPORTED, "cuda attention: head_dim %d (at most 256)",
                           p->head_dim);
     return TERN_OK;
+}
+
+/* Whether the tensor-core prefill kernel (prefill != 0) or the split-KV
+ * decode kernel takes this shape. Depends only on the model's shapes and the
+ * scratch layout, never on the batch, so a sequence's kernel (and so its
+ * result) does not depend on the other sequences of the batch. */
+static bool attn_fast(const struct tern_dtensor *qkv, const struct tern_attn_params *p,
+                      const struct tern_dtensor *out, bool prefill)
+{
+    int64_t T = qkv->shape[0];
+    int64_t width = (int64_t)tern_dtensor_numel(qkv) / T, ow = (int64_t)tern_dtensor_numel(out) / T;
+    int group = p->n_heads / p->n_kv_heads, hd = p->head_dim;
+    if (width % 8 || ow % 8 || (uintptr_t)tern_cuda_ptr(qkv) % 16 ||
+        (uintptr_t)tern_cuda_ptr(out) % 16)
+        return false;
+    if (prefill) return hd == 64 || hd == 128;
+    return (hd == 64 || hd == 128 || hd == 256) && group <= (hd > 128 ? 8 : 16);
 }
 
 /* Picks the decode split length and count; fails only in deterministic mode. */
@@ -144,18 +161,17 @@ enum tern_status tern_cuda_attention(struct tern_backend *be, const struct tern_
         .max_q_len = batch->max_q_len,
         .max_seq_len = batch->max_seq_len,
     };
-    if (n_prefill > 0) {
-        if (p->head_dim > 128)
-            return tern_error(TERN_E_UNSUPPORTED,
-                              "cuda attention: prefill with head_dim %d (64, 128 only)", p->head_dim);
+    bool fast_p = attn_fast(qkv, p, out, true), fast_d = attn_fast(qkv, p, out, false);
+    if ((n_prefill > 0 && !fast_p) || (n_decode > 0 && !fast_d)) {
+        int which = fast_p ? TK_GEN_DECODE : fast_d ? TK_GEN_PREFILL : TK_GEN_ALL;
+        cudaError_t e = tk_attn_generic(c->stream, &a, T, which);
+        if (e != cudaSuccess) return tern_cuda_fail("tk_attn_generic", (int)e, __FILE__, __LINE__);
+    }
+    if (n_prefill > 0 && fast_p) {
         cudaError_t e = tk_attn_prefill(c->stream, &a);
         if (e != cudaSuccess) return tern_cuda_fail("tk_attn_prefill", (int)e, __FILE__, __LINE__);
     }
-    if (n_decode > 0) {
-        if (p->n_heads / p->n_kv_heads > (p->head_dim > 128 ? 8 : 16))
-            return tern_error(TERN_E_UNSUPPORTED,
-                              "cuda attention: %d query heads per kv head with head_dim %d",
-                              p->n_heads / p->n_kv_heads, p->head_dim);
+    if (n_decode > 0 && fast_d) {
         int split_len = 0, n_splits = 0;
         TERN_TRY(decode_splits(c, &a, n_decode, &split_len, &n_splits));
         cudaError_t e = tk_attn_decode(c->stream, &a, split_len, n_splits, c->attn_ws);

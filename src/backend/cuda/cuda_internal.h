@@ -74,9 +74,19 @@ struct tern_cuda {
     int n_plans, next_plan;
 };
 
+/* The device last made current on this thread by tern_cuda_of (-1: none). */
+extern _Thread_local int tern_cuda_thread_device;
+
+/* The backend's context, with its device made current on the calling thread:
+ * every op and memory call starts here, so the backend works from any thread
+ * (the engine's step loop runs on its own). cudaSetDevice runs only when the
+ * thread's device changes. */
 static inline struct tern_cuda *tern_cuda_of(struct tern_backend *be)
 {
-    return (struct tern_cuda *)be;
+    struct tern_cuda *c = (struct tern_cuda *)be;
+    if (tern_cuda_thread_device != c->device && cudaSetDevice(c->device) == cudaSuccess)
+        tern_cuda_thread_device = c->device;
+    return c;
 }
 
 static inline void *tern_cuda_ptr(const struct tern_dtensor *t)

@@ -109,6 +109,15 @@ size_t tk_attn_decode_ws_bytes(const struct tk_attn_args *a, int n_splits);
 cudaError_t tk_attn_decode(cudaStream_t st, const struct tk_attn_args *a, int split_len,
                            int n_splits, float *ws);
 
+/* Any query count per sequence, any head_dim <= 256, any GQA ratio, no
+ * alignment needs: one block per (token, head), exact online softmax
+ * (cuda_attn_generic.cu). For shapes the two kernels above do not take.
+ * `which` picks the sequences it computes: all, only those with more than
+ * one query token, or only those with exactly one. */
+enum { TK_GEN_ALL = 0, TK_GEN_PREFILL = 1, TK_GEN_DECODE = 2 };
+cudaError_t tk_attn_generic(cudaStream_t st, const struct tk_attn_args *a, int64_t n_tok,
+                            int which);
+
 #ifdef __cplusplus
 }
 #endif

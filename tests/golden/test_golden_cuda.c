@@ -1,0 +1,162 @@
+/*
+ * test_golden_cuda.c — every fixture model under tests/fixtures/models run
+ * whole on the CUDA backend (params.device = TERN_DEVICE_CUDA) through the
+ * public API, against transformers (float32): full-sequence logits within
+ * 2e-2 relative (BF16 activations and KV on the device), and 32 greedy tokens
+ * identical. Greedy generation runs on a thread other than the one that
+ * opened the model, as the engine's step loop does. Skips when the build has
+ * no CUDA or no device is visible. TERN_TEST_FIXTURES overrides the fixture
+ * root (the GPU machine runs binaries built elsewhere).
+ */
+#include "testutil.h"
+
+#include "backend/backend.h"
+
+#include <dirent.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REL_TOL 2e-2
+
+static void load_npy(const char *dir, const char *file, struct tu_npy *a)
+{
+    struct tern_str s = {0};
+    tern_str_appendf(&s, "%s/golden/%s", dir, file);
+    char *p = tern_str_take(&s);
+    tu_npy_load(p, a);
+    tern_free(p);
+}
+
+static struct tern_engine *make_engine(struct tern_model *m)
+{
+    struct tern_engine_params ep = tern_engine_default_params();
+    ep.max_seqs = 1;
+    ep.max_batch_tokens = 2048;
+    ep.block_size = 16;
+    ep.max_context = 256;
+    ep.kv_bytes = 64 << 20;
+    struct tern_engine *e = NULL;
+    if (tern_engine_create(m, &ep, &e) != TERN_OK) fail_msg("engine: %s", tern_last_error());
+    return e;
+}
+
+struct greedy_job {
+    struct tern_engine *e;
+    const int32_t *ids;
+    int n, G;
+    int32_t *out;
+    int32_t n_out;
+    enum tern_status st;
+    char err[512];
+};
+
+static void *greedy_thread(void *arg)
+{
+    struct greedy_job *j = arg;
+    j->st = tern_generate_greedy(j->e, j->ids, j->n, j->G, false, j->out, &j->n_out);
+    if (j->st != TERN_OK) snprintf(j->err, sizeof j->err, "%s", tern_last_error());
+    return NULL;
+}
+
+/* Checks one fixture; prints and returns false on a mismatch so every
+ * fixture is reported. Setup failures still fail at once. */
+static bool check_fixture(const char *dir)
+{
+    struct tu_npy prompt = {0}, logits = {0}, greedy = {0};
+    load_npy(dir, "prompt.npy", &prompt);
+    load_npy(dir, "logits.npy", &logits);
+    load_npy(dir, "greedy.npy", &greedy);
+    int n = (int)prompt.n, V = (int)logits.shape[1], G = (int)greedy.n;
+
+    struct tern_model *m = NULL;
+    struct tern_model_params mp = tern_model_default_params();
+    mp.device = TERN_DEVICE_CUDA;
+    if (tern_model_open(dir, &mp, &m) != TERN_OK) fail_msg("%s: %s", dir, tern_last_error());
+    struct tern_model_info in;
+    assert_int_equal(tern_model_get_info(m, &in), TERN_OK);
+    assert_int_equal(in.vocab_size, V);
+
+    /* 1. full-sequence logits vs transformers */
+    struct tern_engine *e = make_engine(m);
+    float *full = tern_malloc((size_t)n * (size_t)V * sizeof(float));
+    assert_non_null(full);
+    if (tern_logits(e, prompt.data, n, full) != TERN_OK) fail_msg("logits: %s", tern_last_error());
+    double err = tu_max_rel_err(full, logits.data, (size_t)n * V);
+
+    /* 2. greedy tokens identical, generated on another thread */
+    struct greedy_job j = {.e = e, .ids = prompt.data, .n = n, .G = G};
+    j.out = tern_malloc((size_t)G * sizeof(int32_t));
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, greedy_thread, &j), 0);
+    pthread_join(th, NULL);
+    if (j.st != TERN_OK) fail_msg("%s: generate: %s", dir, j.err);
+    int n_same = 0;
+    while (n_same < j.n_out && n_same < G && j.out[n_same] == ((int32_t *)greedy.data)[n_same])
+        n_same++;
+    printf("  %-22s %-20s logits max rel err %.2e, greedy %d/%d tokens equal\n",
+           strrchr(dir, '/') + 1, in.architecture, err, n_same, G);
+    bool ok = err <= REL_TOL && j.n_out == G && n_same == G;
+    if (!(err <= REL_TOL)) printf("FAIL %s: logits rel err %.3e > %.0e\n", dir, err, REL_TOL);
+    if (n_same < G && n_same < j.n_out)
+        printf("FAIL %s: greedy token %d is %d, transformers gives %d\n", dir, n_same,
+               j.out[n_same], ((int32_t *)greedy.data)[n_same]);
+    else if (j.n_out != G)
+        printf("FAIL %s: %d greedy tokens, want %d\n", dir, j.n_out, G);
+    tern_free(j.out);
+    tern_free(full);
+    tern_engine_destroy(e);
+    tern_model_close(m);
+    tu_npy_free(&prompt);
+    tu_npy_free(&logits);
+    tu_npy_free(&greedy);
+    return ok;
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void test_all_fixtures_cuda(void **state)
+{
+    (void)state;
+    if (!tern_backend_cuda_available()) {
+        printf("skipped: no CUDA device\n");
+        skip();
+    }
+    const char *env = getenv("TERN_TEST_FIXTURES");
+    char *fixtures = env ? tern_path_join(env, "") : tu_fixture("");
+    char *root = tern_path_join(fixtures, "models");
+    DIR *d = opendir(root);
+    if (!d) fail_msg("no fixtures at %s", root);
+    char *names[64];
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < 64) {
+        if (de->d_name[0] == '.') continue;
+        char *dir = tern_path_join(root, de->d_name);
+        char *g = tern_path_join(dir, "golden/logits.npy");
+        if (tern_file_exists(g)) names[n++] = dir;
+        else tern_free(dir);
+        tern_free(g);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, by_name);
+    assert_true(n >= 4);
+    int n_bad = 0;
+    for (int i = 0; i < n; i++) {
+        n_bad += !check_fixture(names[i]);
+        tern_free(names[i]);
+    }
+    tern_free(root);
+    tern_free(fixtures);
+    if (n_bad) fail_msg("%d of %d fixtures differ from transformers on CUDA", n_bad, n);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_all_fixtures_cuda)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

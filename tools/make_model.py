@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""make_model.py — writes a random-weight model with the exact published
+shape of a real one, as an HF snapshot tern can open: config.json (the
+published config.json values), generation_config.json, weights in BF16
+sharded into ~5 GB safetensors files with model.safetensors.index.json (as
+HF does), and optionally the real tokenizer files.
+
+Used for speed benchmarks where downloading the real weights is not possible
+(the GPU machine has no network): the numbers depend only on the shapes.
+
+    python3 tools/make_model.py --preset llama-3.1-8b --out /tmp/llama8b \
+        [--tokenizer-dir DIR] [--device cuda] [--seed 0]
+
+Weights: every matrix is N(0, 0.02^2) (torch.randn on the device, then
+BF16), norm weights are ones. Needs torch and safetensors; transformers is
+used, when present, to check the config parses as the published model type.
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+
+PRESETS = {
+    # meta-llama/Llama-3.1-8B config.json
+    "llama-3.1-8b": {
+        "architectures": ["LlamaForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": 128000,
+        "eos_token_id": 128001,
+        "hidden_act": "silu",
+        "hidden_size": 4096,
+        "initializer_range": 0.02,
+        "intermediate_size": 14336,
+        "max_position_embeddings": 131072,
+        "mlp_bias": False,
+        "model_type": "llama",
+        "num_attention_heads": 32,
+        "num_hidden_layers": 32,
+        "num_key_value_heads": 8,
+        "pretraining_tp": 1,
+        "rms_norm_eps": 1e-05,
+        "rope_scaling": {
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+            "rope_type": "llama3",
+        },
+        "rope_theta": 500000.0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "use_cache": True,
+        "vocab_size": 128256,
+    },
+    # meta-llama/Llama-3.2-1B config.json
+    "llama-3.2-1b": {
+        "architectures": ["LlamaForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": 128000,
+        "eos_token_id": 128001,
+        "head_dim": 64,
+        "hidden_act": "silu",
+        "hidden_size": 2048,
+        "initializer_range": 0.02,
+        "intermediate_size": 8192,
+        "max_position_embeddings": 131072,
+        "mlp_bias": False,
+        "model_type": "llama",
+        "num_attention_heads": 32,
+        "num_hidden_layers": 16,
+        "num_key_value_heads": 8,
+        "pretraining_tp": 1,
+        "rms_norm_eps": 1e-05,
+        "rope_scaling": {
+            "factor": 32.0,
+            "high_freq_factor": 4.0,
+            "low_freq_factor": 1.0,
+            "original_max_position_embeddings": 8192,
+            "rope_type": "llama3",
+        },
+        "rope_theta": 500000.0,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+        "use_cache": True,
+        "vocab_size": 128256,
+    },
+    # Qwen/Qwen3-8B config.json
+    "qwen3-8b": {
+        "architectures": ["Qwen3ForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": 151643,
+        "eos_token_id": 151645,
+        "head_dim": 128,
+        "hidden_act": "silu",
+        "hidden_size": 4096,
+        "initializer_range": 0.02,
+        "intermediate_size": 12288,
+        "max_position_embeddings": 40960,
+        "max_window_layers": 36,
+        "model_type": "qwen3",
+        "num_attention_heads": 32,
+        "num_hidden_layers": 36,
+        "num_key_value_heads": 8,
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": None,
+        "rope_theta": 1000000,
+        "sliding_window": None,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "use_cache": True,
+        "use_sliding_window": False,
+        "vocab_size": 151936,
+    },
+    # Qwen/Qwen3-0.6B config.json
+    "qwen3-0.6b": {
+        "architectures": ["Qwen3ForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": 151643,
+        "eos_token_id": 151645,
+        "head_dim": 128,
+        "hidden_act": "silu",
+        "hidden_size": 1024,
+        "initializer_range": 0.02,
+        "intermediate_size": 3072,
+        "max_position_embeddings": 40960,
+        "max_window_layers": 28,
+        "model_type": "qwen3",
+        "num_attention_heads": 16,
+        "num_hidden_layers": 28,
+        "num_key_value_heads": 8,
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": None,
+        "rope_theta": 1000000,
+        "sliding_window": None,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+        "use_cache": True,
+        "use_sliding_window": False,
+        "vocab_size": 151936,
+    },
+}
+
+SHARD_BYTES = 5 * 10**9
+
+
+def tensor_shapes(c):
+    """HF tensor names and shapes, in the order HF writes them."""
+    E, F, V = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    H, KV = c["num_attention_heads"], c["num_key_value_heads"]
+    hd = c.get("head_dim") or E // H
+    qk_norm = c["model_type"] == "qwen3"
+    out = [("model.embed_tokens.weight", (V, E))]
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        out += [
+            (p + "input_layernorm.weight", (E,)),
+            (p + "self_attn.q_proj.weight", (H * hd, E)),
+            (p + "self_attn.k_proj.weight", (KV * hd, E)),
+            (p + "self_attn.v_proj.weight", (KV * hd, E)),
+            (p + "self_attn.o_proj.weight", (E, H * hd)),
+        ]
+        if qk_norm:
+            out += [(p + "self_attn.q_norm.weight", (hd,)), (p + "self_attn.k_norm.weight", (hd,))]
+        out += [
+            (p + "post_attention_layernorm.weight", (E,)),
+            (p + "mlp.gate_proj.weight", (F, E)),
+            (p + "mlp.up_proj.weight", (F, E)),
+            (p + "mlp.down_proj.weight", (E, F)),
+        ]
+    out.append(("model.norm.weight", (E,)))
+    if not c["tie_word_embeddings"]:
+        out.append(("lm_head.weight", (V, E)))
+    return out
+
+
+def plan_shards(shapes):
+    """Greedy split into files of at most SHARD_BYTES (BF16: 2 bytes each)."""
+    shards, cur, size = [], [], 0
+    for name, shape in shapes:
+        n = 2
+        for d in shape:
+            n *= d
+        if cur and size + n > SHARD_BYTES:
+            shards.append(cur)
+            cur, size = [], 0
+        cur.append((name, shape))
+        size += n
+    if cur:
+        shards.append(cur)
+    return shards
+
+
+def check_config(c):
+    try:
+        from transformers import AutoConfig
+    except ImportError:
+        return
+    cfg = AutoConfig.for_model(**c)
+    assert cfg.hidden_size == c["hidden_size"], "transformers read a different hidden_size"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", required=True, choices=sorted(PRESETS))
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tokenizer-dir", help="copy tokenizer.json / tokenizer_config.json from here")
+    ap.add_argument("--device", default=None, help="torch device for randn (default: cuda if present)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--std", type=float, default=0.02)
+    a = ap.parse_args()
+
+    import torch
+    from safetensors.torch import save_file
+
+    c = PRESETS[a.preset]
+    check_config(c)
+    dev = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+    with open(os.path.join(a.out, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": c["bos_token_id"], "eos_token_id": c["eos_token_id"],
+                   "do_sample": False}, f, indent=2)
+    if a.tokenizer_dir:
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            src = os.path.join(a.tokenizer_dir, name)
+            if os.path.exists(src):
+                shutil.copy(src, os.path.join(a.out, name))
+
+    g = torch.Generator(device=dev).manual_seed(a.seed)
+    shards = plan_shards(tensor_shapes(c))
+    n = len(shards)
+    weight_map, total = {}, 0
+    t0 = time.time()
+    for i, shard in enumerate(shards):
+        fname = f"model-{i + 1:05d}-of-{n:05d}.safetensors" if n > 1 else "model.safetensors"
+        tensors = {}
+        for name, shape in shard:
+            if len(shape) == 1:
+                t = torch.ones(shape, dtype=torch.bfloat16, device=dev)
+            else:
+                t = (torch.randn(shape, generator=g, device=dev, dtype=torch.float32) * a.std)
+                t = t.to(torch.bfloat16)
+            tensors[name] = t.cpu()
+            total += tensors[name].numel() * 2
+            weight_map[name] = fname
+        save_file(tensors, os.path.join(a.out, fname), metadata={"format": "pt"})
+        del tensors
+    if n > 1:
+        with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    print(f"make_model: {a.preset}: {total / 1e9:.2f} GB in {n} file(s) at {a.out} "
+          f"({time.time() - t0:.1f} s)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
