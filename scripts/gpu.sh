@@ -30,7 +30,7 @@ if [ "${MEMCHECK:-0}" = 1 ]; then
 fi
 
 echo "== golden test on CUDA"
-cr TERN_TEST_FIXTURES=$PWD/tests/fixtures timeout 240 $C/test_golden_cuda 2>&1 | tee "$OUT/golden_cuda.log"
+TERN_TEST_FIXTURES=$PWD/tests/fixtures cr timeout 240 $C/test_golden_cuda 2>&1 | tee "$OUT/golden_cuda.log"
 golden_rc=${PIPESTATUS[0]}
 
 echo "== kernel bench"
