@@ -50,7 +50,7 @@ b1_rc=$?
 cr timeout 120 $C/tern bench --model "$MODEL" --device cuda --prompt-len 512 --gen 32 --reps 5 \
   --json >"$OUT/bench_512.json" 2>"$OUT/bench_512.err"
 b2_rc=$?
-tail -3 "$OUT/bench_2048.err" "$OUT/bench_512.err"
+tail -n 3 "$OUT/bench_2048.err" "$OUT/bench_512.err"
 cat "$OUT/bench_2048.json" "$OUT/bench_512.json"
 rm -rf "$MODEL"
 

@@ -3,7 +3,10 @@
  * whole on the CUDA backend (params.device = TERN_DEVICE_CUDA) through the
  * public API, against transformers (float32): full-sequence logits within
  * 2e-2 relative (BF16 activations and KV on the device), and 32 greedy tokens
- * identical. Greedy generation runs on a thread other than the one that
+ * identical, except that the two runs may part at a near-tie: a step where
+ * our pick's transformers logit is within the logits tolerance (2e-2 of the
+ * row's largest magnitude) of the top one (golden/greedy_logits.npy); the
+ * tokens after such a step are not compared. Greedy generation runs on a thread other than the one that
  * opened the model, as the engine's step loop does. Skips when the build has
  * no CUDA or no device is visible. TERN_TEST_FIXTURES overrides the fixture
  * root (the GPU machine runs binaries built elsewhere).
@@ -13,6 +16,7 @@
 #include "backend/backend.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,10 +68,11 @@ static void *greedy_thread(void *arg)
  * fixture is reported. Setup failures still fail at once. */
 static bool check_fixture(const char *dir)
 {
-    struct tu_npy prompt = {0}, logits = {0}, greedy = {0};
+    struct tu_npy prompt = {0}, logits = {0}, greedy = {0}, glog = {0};
     load_npy(dir, "prompt.npy", &prompt);
     load_npy(dir, "logits.npy", &logits);
     load_npy(dir, "greedy.npy", &greedy);
+    load_npy(dir, "greedy_logits.npy", &glog);
     int n = (int)prompt.n, V = (int)logits.shape[1], G = (int)greedy.n;
 
     struct tern_model *m = NULL;
@@ -95,11 +100,25 @@ static bool check_fixture(const char *dir)
     int n_same = 0;
     while (n_same < j.n_out && n_same < G && j.out[n_same] == ((int32_t *)greedy.data)[n_same])
         n_same++;
-    printf("  %-22s %-20s logits max rel err %.2e, greedy %d/%d tokens equal\n",
-           strrchr(dir, '/') + 1, in.architecture, err, n_same, G);
-    bool ok = err <= REL_TOL && j.n_out == G && n_same == G;
+    /* A near-tie where the runs part is not a failure (see the header). */
+    bool tie = false;
+    double gap = 0;
+    if (n_same < G && n_same < j.n_out && j.out[n_same] >= 0 && j.out[n_same] < V) {
+        const float *row = (const float *)glog.data + (size_t)n_same * V;
+        double mx = 0;
+        for (int v = 0; v < V; v++) mx = fabs(row[v]) > mx ? fabs(row[v]) : mx;
+        gap = (row[((int32_t *)greedy.data)[n_same]] - row[j.out[n_same]]) / (mx > 0 ? mx : 1);
+        tie = gap <= REL_TOL;
+    }
+    printf("  %-22s %-20s logits max rel err %.2e, greedy %d/%d tokens equal%s\n",
+           strrchr(dir, '/') + 1, in.architecture, err, n_same, G,
+           tie ? " (then a near-tie)" : "");
+    if (tie)
+        printf("    step %d: transformers %d, ours %d, golden logit gap %.2e of the row max\n",
+               n_same, ((int32_t *)greedy.data)[n_same], j.out[n_same], gap);
+    bool ok = err <= REL_TOL && j.n_out == G && (n_same == G || tie);
     if (!(err <= REL_TOL)) printf("FAIL %s: logits rel err %.3e > %.0e\n", dir, err, REL_TOL);
-    if (n_same < G && n_same < j.n_out)
+    if (n_same < G && n_same < j.n_out && !tie)
         printf("FAIL %s: greedy token %d is %d, transformers gives %d\n", dir, n_same,
                j.out[n_same], ((int32_t *)greedy.data)[n_same]);
     else if (j.n_out != G)
@@ -111,6 +130,7 @@ static bool check_fixture(const char *dir)
     tu_npy_free(&prompt);
     tu_npy_free(&logits);
     tu_npy_free(&greedy);
+    tu_npy_free(&glog);
     return ok;
 }
 
