@@ -97,6 +97,7 @@ int tern_cmd_bench(int argc, char **argv)
     struct bench_opts o;
     int rc = parse(argc, argv, &o);
     if (rc >= 0) return rc;
+    rc = 0;
     struct tern_model_params mp = tern_model_default_params();
     mp.device = o.device;
     mp.progress = !o.json && isatty(STDERR_FILENO);
