@@ -138,8 +138,9 @@ void tern_engine_host_batch_deinit(struct tern_engine *e)
 /* Runs tokens [start, start + n) of one solo sequence whose blocks come
  * from the scheduler's pool (`seq`), asking logits for the last `n_logits`.
  * The caller holds step_mu. */
-static enum tern_status solo_step(struct tern_engine *e, struct tern_kv_seq *seq,
-                                  const int32_t *ids, int32_t start, int32_t n, int32_t n_logits)
+static enum tern_status solo_step_dev(struct tern_engine *e, struct tern_kv_seq *seq,
+                                      const int32_t *ids, const struct tern_dtensor *ids_dev,
+                                      int32_t start, int32_t n, int32_t n_logits)
 {
     int32_t bs = e->p.block_size;
     int32_t len = start + n;
@@ -151,7 +152,7 @@ static enum tern_status solo_step(struct tern_engine *e, struct tern_kv_seq *seq
                           "(%d free blocks of %d tokens, context %d)", len,
                           tern_kv_n_free(pool), bs, e->max_context);
     for (int32_t i = 0; i < n; i++) {
-        e->hb.ids[i] = ids[i];
+        e->hb.ids[i] = ids ? ids[i] : 0;
         e->hb.pos[i] = start + i;
         e->hb.slots[i] = tern_kv_seq_slot(seq, bs, start + i);
     }
@@ -162,10 +163,16 @@ static enum tern_status solo_step(struct tern_engine *e, struct tern_kv_seq *seq
     for (int32_t i = 0; i < n_logits; i++) e->hb.lidx[i] = n - n_logits + i;
     struct tern_batch b = {n, 1, seq->n_blocks, n_logits, e->hb.ids, e->hb.pos, e->hb.qstart,
                            e->hb.seqlen, e->hb.btable, e->hb.slots, e->hb.lidx};
-    TERN_TRY(tern_model_forward(&e->model->core, &e->fwd, &e->kv, &b));
+    TERN_TRY(tern_model_forward_ids(&e->model->core, &e->fwd, &e->kv, &b, ids_dev));
     /* no prefix keys: the blocks go back as plain free blocks */
     seq->n_computed += n;
     return TERN_OK;
+}
+
+static enum tern_status solo_step(struct tern_engine *e, struct tern_kv_seq *seq,
+                                  const int32_t *ids, int32_t start, int32_t n, int32_t n_logits)
+{
+    return solo_step_dev(e, seq, ids, NULL, start, n, n_logits);
 }
 
 /* A solo sequence's block table over engine-owned storage. */
@@ -256,16 +263,33 @@ enum tern_status tern_generate_greedy(struct tern_engine *e, const int32_t *ids,
         bool last = s + c == n_ids;
         st = solo_step(e, &so.seq, ids + s, s, c, last ? 1 : 0);
     }
-    int32_t len = n_ids;
-    for (int32_t i = 0; st == TERN_OK && i < max_tokens; i++) {
-        if (i > 0 && (st = solo_step(e, &so.seq, &next, len - 1, 1, 1)) != TERN_OK) break;
+    /* Decode keeps the ids on the device: step i's argmax lands in row
+     * i % ring of ids_out and is the next step's input, and the host reads
+     * the ring back every `ring` tokens (or at the end) to look for EOS, so
+     * no step waits for the host. Tokens past an EOS are discarded. */
+    int32_t ring = e->max_logits < 16 ? e->max_logits : 16;
+    int32_t len = n_ids, done = 0;
+    bool stopped = false;
+    for (int32_t i = 0; st == TERN_OK && i < max_tokens && !stopped; i++) {
+        struct tern_dtensor prev = tern_dtensor_rows(&e->fwd.ids_out, (i + ring - 1) % ring, 1);
+        if (i > 0 && (st = solo_step_dev(e, &so.seq, NULL, &prev, len - 1, 1, 1)) != TERN_OK)
+            break;
         struct tern_dtensor lg = tern_dtensor_rows(&e->fwd.logits, 0, 1);
-        struct tern_dtensor oid = tern_dtensor_rows(&e->fwd.ids_out, 0, 1);
+        struct tern_dtensor oid = tern_dtensor_rows(&e->fwd.ids_out, i % ring, 1);
         if ((st = ops->argmax(m->be, &lg, &oid)) != TERN_OK) break;
-        if ((st = ops->download(m->be, &next, &oid, sizeof next)) != TERN_OK) break;
-        out_ids[(*n_out)++] = next;
         len++;
-        if (stop_at_eos && is_eos(&m->hp, next)) break;
+        if (i % ring == ring - 1 || i == max_tokens - 1) {
+            int32_t k = i - done + 1;
+            struct tern_dtensor got = tern_dtensor_rows(&e->fwd.ids_out, 0, ring);
+            if ((st = ops->download(m->be, e->hb.out_ids, &got, (size_t)ring * 4)) != TERN_OK)
+                break;
+            for (int32_t j = 0; j < k && !stopped; j++) {
+                next = e->hb.out_ids[(done + j) % ring];
+                out_ids[(*n_out)++] = next;
+                if (stop_at_eos && is_eos(&m->hp, next)) stopped = true;
+            }
+            done = i + 1;
+        }
     }
     solo_end(e, &so);
     return st;

@@ -242,11 +242,21 @@ static enum tern_status mlp_block(struct tern_model_core *m, struct tern_fwd *f,
 enum tern_status tern_model_forward(struct tern_model_core *m, struct tern_fwd *f,
                                     struct tern_kv_cache *kv, const struct tern_batch *batch)
 {
+    return tern_model_forward_ids(m, f, kv, batch, NULL);
+}
+
+enum tern_status tern_model_forward_ids(struct tern_model_core *m, struct tern_fwd *f,
+                                        struct tern_kv_cache *kv, const struct tern_batch *batch,
+                                        const struct tern_dtensor *ids_dev)
+{
     const struct tern_backend_ops *ops = m->be->ops;
     struct tern_backend *be = m->be;
     const struct tern_hparams *hp = &m->hp;
     float eps = hp->rms_norm_eps;
     TERN_TRY(upload_batch(m, f, batch));
+    if (ids_dev) /* the token ids are already on the device (the previous step's argmax) */
+        TERN_TRY(ops->copy(be, &f->batch.token_ids, ids_dev,
+                           (size_t)batch->n_tokens * sizeof(int32_t)));
     int64_t T = batch->n_tokens;
     struct tern_dtensor res = rows_of(&f->residual, T), h = rows_of(&f->h, T);
     struct tern_dtensor proj = rows_of(&f->proj, T);

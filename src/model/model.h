@@ -173,4 +173,11 @@ void tern_kv_cache_deinit(struct tern_model_core *m, struct tern_kv_cache *kv);
 enum tern_status tern_model_forward(struct tern_model_core *m, struct tern_fwd *f,
                                     struct tern_kv_cache *kv, const struct tern_batch *batch);
 
+/* The same, with the batch's token ids taken from a device tensor (I32,
+ * n_tokens entries) instead of batch->token_ids: decode can then feed the
+ * previous step's argmax back without a host round trip. */
+enum tern_status tern_model_forward_ids(struct tern_model_core *m, struct tern_fwd *f,
+                                        struct tern_kv_cache *kv, const struct tern_batch *batch,
+                                        const struct tern_dtensor *ids_dev);
+
 #endif /* TERN_MODEL_H */
