@@ -9,11 +9,14 @@
  * char in token 0; Strip after Fuse strips the start of the whole text).
  *
  * The stream keeps the ids it has seen and, on each push, decodes the window
- * from `prefix` (the last point where all text was complete) twice — up to
- * `read` and up to the new id — and hands out the difference, unless the
- * text ends inside a UTF-8 character or inside a run of byte-fallback tokens
- * (a later invalid byte turns the whole run into U+FFFD in HF). So the pieces
- * concatenate to the whole-sequence decode.
+ * from `prefix` (the last point where all text was complete and handed out)
+ * to the new id, and hands out the bytes past those already sent, holding
+ * back an incomplete UTF-8 character at the end. Inside a run of
+ * byte-fallback tokens it waits without decoding (a later invalid byte turns
+ * the whole run into U+FFFD in HF). So the pieces concatenate to the
+ * whole-sequence decode. Limitation: a Strip decoder with stop > 0 after
+ * Fuse strips the end of the whole text, which a stream cannot know; none of
+ * the supported published tokenizers use it.
  * Depends on tok_internal.h.
  */
 #include "text/tok_internal.h"
@@ -294,8 +297,9 @@ struct tern_detok_stream {
     bool skip_special, has_bytefallback;
     int32_t *ids;
     size_t n, cap;
-    size_t prefix, read; /* window start; end of what has been handed out */
-    struct tern_str prev, cur, piece;
+    size_t prefix; /* the window starts here: all text before it is out */
+    size_t sent;   /* bytes of the window's text already handed out */
+    struct tern_str cur, piece;
 };
 
 enum tern_status tern_detok_stream_create(const struct tern_tokenizer *tok, bool skip_special,
@@ -317,36 +321,35 @@ void tern_detok_stream_destroy(struct tern_detok_stream *s)
 {
     if (!s) return;
     tern_free(s->ids);
-    tern_str_deinit(&s->prev);
     tern_str_deinit(&s->cur);
     tern_str_deinit(&s->piece);
     tern_free(s);
 }
 
-/* Decodes [prefix, read) and [prefix, n) and hands out the difference. */
+/* Decodes the window [prefix, n) and hands out what is new and complete. */
 static enum tern_status stream_emit(struct tern_detok_stream *s, bool final, const char **piece,
                                     size_t *piece_len)
 {
     const struct tern_tokenizer *tok = s->tok;
-    bool at_start = s->prefix == 0;
     *piece = "";
     *piece_len = 0;
-    if (s->read == s->n) return TERN_OK;
-    TERN_TRY(decode_window(tok, s->ids + s->prefix, s->read - s->prefix, at_start, false, &s->prev));
-    TERN_TRY(decode_window(tok, s->ids + s->prefix, s->n - s->prefix, at_start, !final, &s->cur));
-    if (!final) {
-        if (tok_utf8_incomplete_tail(s->cur.data, s->cur.len) > 0) return TERN_OK;
+    if (s->prefix == s->n) return TERN_OK;
+    if (!final && s->has_bytefallback) { /* inside a run of <0xXX> tokens: wait */
         size_t len;
         const char *last = tok_str(tok, s->ids[s->n - 1], &len);
-        if (s->has_bytefallback && byte_token(last, len) >= 0) return TERN_OK;
+        if (byte_token(last, len) >= 0) return TERN_OK;
     }
-    size_t keep = s->prev.len <= s->cur.len && !memcmp(s->prev.data, s->cur.data, s->prev.len)
-                      ? s->prev.len
-                      : 0; /* cannot happen for the supported decoders; emit all rather than lose text */
+    TERN_TRY(decode_window(tok, s->ids + s->prefix, s->n - s->prefix, s->prefix == 0, !final,
+                           &s->cur));
+    size_t tail = final ? 0 : tok_utf8_incomplete_tail(s->cur.data, s->cur.len);
+    size_t end = s->cur.len - tail;
     tern_str_clear(&s->piece);
-    TERN_TRY(tern_str_append(&s->piece, s->cur.data + keep, s->cur.len - keep));
-    s->prefix = s->read;
-    s->read = s->n;
+    if (end > s->sent) TERN_TRY(tern_str_append(&s->piece, s->cur.data + s->sent, end - s->sent));
+    s->sent = end > s->sent ? end : s->sent;
+    if (tail == 0) { /* everything is out: start a fresh window */
+        s->prefix = s->n;
+        s->sent = 0;
+    }
     *piece = s->piece.data ? s->piece.data : "";
     *piece_len = s->piece.len;
     return TERN_OK;

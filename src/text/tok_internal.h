@@ -29,6 +29,9 @@
 
 /* ------------------------------------------------------------ maps */
 
+/* Ids beyond this are rejected at load (real vocabularies stay under 1M). */
+#define TOK_MAX_ID (1 << 24)
+
 /* Token strings by id plus an open-addressing index string -> id. Ids with
  * no string (holes) have off == UINT32_MAX. */
 struct tok_vocab {

@@ -113,7 +113,8 @@ int32_t tok_vocab_find(const struct tok_vocab *v, const char *s, size_t len)
 
 enum tern_status tok_vocab_set(struct tok_vocab *v, int32_t id, const char *s, size_t len)
 {
-    if (id < 0 || len > UINT32_MAX / 2) return tern_error(TERN_E_FORMAT, "bad token id %d", id);
+    if (id < 0 || id >= TOK_MAX_ID || len > UINT32_MAX / 2)
+        return tern_error(TERN_E_FORMAT, "token id %d out of range [0, %d)", id, TOK_MAX_ID);
     TERN_TRY(vocab_grow_ids(v, id + 1));
     if (v->strs_len + len + 1 > v->strs_cap) {
         size_t cap = v->strs_cap ? v->strs_cap : 4096;
