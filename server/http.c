@@ -38,6 +38,7 @@ struct hreq {
     enum srv_route route;
     struct srv_buf body;
     bool too_large;
+    bool inflight; /* counted in s->inflight until the response is sent */
 };
 
 /* A streaming response's state, owned by the MHD response. */
@@ -225,11 +226,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
             x->finished = true;
             continue;
         }
-        if (client_gone(x->fd)) {
-            srv_gen_cancel(x->gen);
-            disconnected(x->s);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
+        if (client_gone(x->fd)) return MHD_CONTENT_READER_END_WITH_ERROR; /* sse_free cancels */
         if (now_ns() - x->last_out_ns > (int64_t)x->s->o.keepalive_ms * 1000000)
             srv_buf_adds(b, ": keep-alive\n\n"); /* long prefill or queue wait */
     }
@@ -238,9 +235,12 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 static void sse_free(void *cls)
 {
     struct sse *x = cls;
+    if (!x->finished) { /* MHD gave up on the connection (a failed send) */
+        srv_gen_cancel(x->gen);
+        disconnected(x->s);
+    }
     active_del(x->s, &x->node);
     srv_gen_destroy(x->gen); /* cancels if still running */
-    atomic_fetch_sub(&x->s->inflight, 1);
     free(x);
 }
 
@@ -271,7 +271,6 @@ static enum MHD_Result finish_blocking(struct MHD_Connection *c, struct hreq *h,
         ret = respond(c, h, http, "application/json", body, NULL, NULL);
     }
     srv_gen_destroy(g);
-    atomic_fetch_sub(&s->inflight, 1);
     return ret;
 }
 
@@ -283,7 +282,6 @@ static enum MHD_Result start_stream(struct MHD_Connection *c, struct hreq *h, st
     if (!r) {
         free(x);
         srv_gen_destroy(g);
-        atomic_fetch_sub(&h->s->inflight, 1);
         return fail(c, h, 500, NULL, "out of memory");
     }
     x->s = h->s;
@@ -320,11 +318,11 @@ static enum MHD_Result do_generate(struct MHD_Connection *c, struct hreq *h)
                     s->o.max_concurrent);
         return respond_err(c, h, &err);
     }
+    h->inflight = true; /* on_completed gives it back once the response is out */
     int32_t *ids = NULL, n_ids = 0;
     bool think_open = false;
     if (!srv_prompt_build(&s->mc, &req, &ids, &n_ids, &think_open, &err)) {
         srv_req_free(&req);
-        atomic_fetch_sub(&s->inflight, 1);
         return respond_err(c, h, &err);
     }
     struct srv_gen_params gp = {.ids = ids, .n_ids = n_ids, .think_open = think_open,
@@ -337,10 +335,7 @@ static enum MHD_Result do_generate(struct MHD_Connection *c, struct hreq *h)
     struct srv_gen *g = srv_gen_create(&s->mc, &req, &gp, &err);
     free(ids);
     srv_req_free(&req); /* no-op unless create failed before taking it */
-    if (!g) {
-        atomic_fetch_sub(&s->inflight, 1);
-        return respond_err(c, h, &err);
-    }
+    if (!g) return respond_err(c, h, &err);
     return srv_gen_streaming(g) ? start_stream(c, h, g) : finish_blocking(c, h, g);
 }
 
@@ -566,6 +561,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 {
     struct hreq *h = *con_cls;
     if (!h) return;
+    if (h->inflight) atomic_fetch_sub(&h->s->inflight, 1);
     srv_buf_free(&h->body);
     free(h);
     *con_cls = NULL;

@@ -27,6 +27,7 @@ static const char USAGE[] =
     "  --max-body-bytes N     largest request body (default 8388608)\n"
     "  --max-concurrent N     generation requests at once; more get 429 (default 0 = no limit)\n"
     "  --max-seqs N           sequences the engine batches (default: engine default)\n"
+    "  --max-context N        tokens per sequence (default: the model's context length)\n"
     "  --device cpu|cuda|auto where the model runs (default auto)\n"
     "  --always-usage         streamed responses always end with a usage chunk\n"
     "  --keepalive-ms N       SSE keep-alive comment interval (default 5000)\n"
@@ -80,6 +81,9 @@ static bool parse_opts(int argc, char **argv, struct srv_opts *o, int *rc)
         } else if (!strcmp(a, "--max-seqs")) {
             if (!cli_parse_int("serve", a, v, 1, 1 << 16, &x)) return false;
             o->max_seqs = (int)x;
+        } else if (!strcmp(a, "--max-context")) {
+            if (!cli_parse_int("serve", a, v, 16, 1 << 24, &x)) return false;
+            o->max_context = (int)x;
         } else if (!strcmp(a, "--keepalive-ms")) {
             if (!cli_parse_int("serve", a, v, 10, 3600000, &x)) return false;
             o->keepalive_ms = (int)x;
@@ -162,6 +166,7 @@ static void *load_main(void *arg)
     }
     struct tern_engine_params ep = tern_engine_default_params();
     if (s->o.max_seqs > 0) ep.max_seqs = s->o.max_seqs;
+    if (s->o.max_context > 0) ep.max_context = s->o.max_context;
     st = tern_engine_create(s->mc.model, &ep, &s->mc.engine);
     if (st == TERN_OK) st = tern_engine_start(s->mc.engine);
     if (st != TERN_OK) {
@@ -278,8 +283,10 @@ int tern_cmd_serve(int argc, char **argv)
         srv_http_stop(&s);
         return rc;
     }
+    /* New requests get 503 from here on; in-flight ones finish (or are
+     * cancelled after the grace period). MHD_quiesce_daemon is not used: with
+     * thread-per-connection it can drop a response that is being written. */
     atomic_store(&s.state, SRV_STOPPING);
-    srv_http_quiesce(&s);
     if (!drain(&s, 5000)) {
         srv_cancel_all(&s);
         drain(&s, 5000);

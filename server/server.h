@@ -297,6 +297,7 @@ struct srv_opts {
     size_t max_body_bytes;
     int max_concurrent; /* generation requests at once; 0 = unlimited */
     int max_seqs;       /* engine sequences; 0 = engine default */
+    int max_context;    /* tokens per sequence; 0 = the model's */
     int keepalive_ms;   /* SSE ": keep-alive" comment interval */
     enum tern_device device;
     bool always_usage;

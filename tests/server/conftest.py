@@ -98,7 +98,8 @@ class Server:
         while True:
             m = self.metrics()
             if (m["tern_kv_blocks_used"] == 0 and m["tern_kv_blocks_free"] == m["tern_kv_blocks_total"]
-                    and m["tern_requests_running"] == 0 and m["tern_requests_waiting"] == 0):
+                    and m["tern_requests_running"] == 0 and m["tern_requests_waiting"] == 0
+                    and m["tern_requests_inflight"] == 0):
                 return m
             if time.time() > end:
                 raise AssertionError(f"KV blocks not returned: used={m['tern_kv_blocks_used']} "
