@@ -250,12 +250,14 @@ static enum tern_status add_specials(struct ctx *c)
     bool bos = tok->add_bos && !(tok->n_pp_pre > 0 && tok->pp_pre[0] == tok->bos_id);
     bool eos = tok->add_eos && !(tok->n_pp_post > 0 && tok->pp_post[tok->n_pp_post - 1] == tok->eos_id);
     size_t pre = (size_t)tok->n_pp_pre + bos, post = (size_t)tok->n_pp_post + eos;
+    if (pre + post == 0) return TERN_OK;
     TERN_TRY(tern_grow((void **)&c->ids, &c->cap_ids, c->n_ids + pre + post, sizeof *c->ids));
-    memmove(c->ids + pre, c->ids, c->n_ids * sizeof *c->ids);
+    if (c->n_ids) memmove(c->ids + pre, c->ids, c->n_ids * sizeof *c->ids);
     if (bos) c->ids[0] = tok->bos_id;
-    memcpy(c->ids + bos, tok->pp_pre, (size_t)tok->n_pp_pre * sizeof *c->ids);
+    if (tok->n_pp_pre) memcpy(c->ids + bos, tok->pp_pre, (size_t)tok->n_pp_pre * sizeof *c->ids);
     c->n_ids += pre;
-    memcpy(c->ids + c->n_ids, tok->pp_post, (size_t)tok->n_pp_post * sizeof *c->ids);
+    if (tok->n_pp_post)
+        memcpy(c->ids + c->n_ids, tok->pp_post, (size_t)tok->n_pp_post * sizeof *c->ids);
     c->n_ids += (size_t)tok->n_pp_post;
     if (eos) c->ids[c->n_ids++] = tok->eos_id;
     return TERN_OK;

@@ -36,6 +36,7 @@
  * no string (holes) have off == UINT32_MAX. */
 struct tok_vocab {
     int32_t n;           /* ids 0..n-1 */
+    int32_t cap_ids;
     uint32_t *off, *len; /* [n] the token's bytes in strs */
     char *strs;
     size_t strs_len, strs_cap;

@@ -37,13 +37,16 @@ static enum tern_status unsupported(struct loader *l, const char *what, json_t *
                       t ? t : "(no type)");
 }
 
+/* Appends one zeroed element; capacity doubles at powers of two. */
 static enum tern_status grow(void **arr, int *n, size_t elem)
 {
-    size_t cap = (size_t)*n;
-    void *p = tern_realloc_array(*arr, cap + 1, elem);
-    if (!p) return TERN_E_NO_MEMORY;
-    memset((char *)p + cap * elem, 0, elem);
-    *arr = p;
+    size_t have = (size_t)*n;
+    if (have == 0 || (have & (have - 1)) == 0) {
+        void *p = tern_realloc_array(*arr, have ? have * 2 : 4, elem);
+        if (!p) return TERN_E_NO_MEMORY;
+        *arr = p;
+    }
+    memset((char *)*arr + have * elem, 0, elem);
     (*n)++;
     return TERN_OK;
 }

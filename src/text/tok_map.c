@@ -76,12 +76,17 @@ static enum tern_status vocab_rehash(struct tok_vocab *v, uint32_t n_slots)
 static enum tern_status vocab_grow_ids(struct tok_vocab *v, int32_t n)
 {
     if (n <= v->n) return TERN_OK;
-    uint32_t *off = tern_realloc_array(v->off, (size_t)n, sizeof *off);
-    if (!off) return TERN_E_NO_MEMORY;
-    v->off = off;
-    uint32_t *len = tern_realloc_array(v->len, (size_t)n, sizeof *len);
-    if (!len) return TERN_E_NO_MEMORY;
-    v->len = len;
+    if (n > v->cap_ids) { /* amortised: ids mostly arrive one at a time */
+        int32_t cap = v->cap_ids ? v->cap_ids : 1024;
+        while (cap < n) cap = cap > INT32_MAX / 2 ? n : cap * 2;
+        uint32_t *off = tern_realloc_array(v->off, (size_t)cap, sizeof *off);
+        if (!off) return TERN_E_NO_MEMORY;
+        v->off = off;
+        uint32_t *len = tern_realloc_array(v->len, (size_t)cap, sizeof *len);
+        if (!len) return TERN_E_NO_MEMORY;
+        v->len = len;
+        v->cap_ids = cap;
+    }
     for (int32_t i = v->n; i < n; i++) {
         v->off[i] = UINT32_MAX;
         v->len[i] = 0;
@@ -97,6 +102,11 @@ enum tern_status tok_vocab_reserve(struct tok_vocab *v, int32_t n_ids, size_t n_
         if (!p) return TERN_E_NO_MEMORY;
         v->strs = p;
         v->strs_cap = n_bytes;
+    }
+    if (n_ids > v->cap_ids) {
+        int32_t n = v->n;
+        TERN_TRY(vocab_grow_ids(v, n_ids));
+        v->n = n; /* capacity only */
     }
     uint32_t want = 16;
     while (want < (uint32_t)n_ids + (uint32_t)n_ids / 2u + 2u) want <<= 1;
