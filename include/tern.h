@@ -250,7 +250,9 @@ enum tern_status tern_stream_next(struct tern_stream *s, int timeout_ms, struct 
  * TERN_FINISH_CANCELLED follows. Thread-safe. */
 void tern_stream_cancel(struct tern_stream *s);
 
-/* Cancels if still running and frees the stream. */
+/* Cancels if still running and frees the stream. Streams may outlive their
+ * engine: destroying an engine ends every stream with a final CANCELLED
+ * event, after which the stream only needs tern_stream_destroy. */
 void tern_stream_destroy(struct tern_stream *s);
 
 /* Engine counters, for /metrics. */

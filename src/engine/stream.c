@@ -114,6 +114,11 @@ enum tern_status tern_stream_next(struct tern_stream *s, int timeout_ms, struct 
 void tern_stream_cancel(struct tern_stream *s)
 {
     if (!s) return;
+    /* A finished stream never touches its engine again (which may be gone). */
+    pthread_mutex_lock(&s->mu);
+    bool final = s->final_queued;
+    pthread_mutex_unlock(&s->mu);
+    if (final) return;
     struct tern_engine *e = s->engine;
     atomic_store(&s->cancel_asked, true);
     pthread_mutex_lock(&e->mu);
