@@ -1,16 +1,22 @@
 /*
- * cmd_bench.c — `tern bench`: model load time, prefill and decode speed of one
- * sequence, with the memory-bandwidth floor for decode on the CPU. Prints a
- * table, or JSON with --json. Built on the public API.
+ * cmd_bench.c — `tern bench`. By default: model load time, prefill and decode
+ * speed of one sequence, with the memory-bandwidth floor for decode on the
+ * CPU. With --concurrency: many requests at once through the serving API
+ * (bench_batch.c). Parses the options of both modes. Prints a table, or JSON
+ * with --json. Built on the public API (include/tern.h).
  */
-#include "cli.h"
+#include "bench.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stddef.h>
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void)
+double bench_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -43,9 +49,9 @@ static double host_bandwidth(void)
     memcpy(b, a, n);
     double t[5];
     for (int r = 0; r < 5; r++) {
-        double t0 = now_s();
+        double t0 = bench_now_s();
         memcpy(b, a, n);
-        t[r] = now_s() - t0;
+        t[r] = bench_now_s() - t0;
     }
     volatile char sink = b[n / 2];
     (void)sink;
@@ -54,42 +60,289 @@ static double host_bandwidth(void)
     return 2.0 * (double)n / median(t, 5);
 }
 
-struct bench_opts {
-    const char *model;
-    long long prompt_len, gen, reps;
-    enum tern_device device;
-    bool json;
+struct tern_engine_params bench_engine_params(const struct bench_opts *o)
+{
+    struct tern_engine_params ep = tern_engine_default_params();
+    if (o->max_batch_tokens) ep.max_batch_tokens = (int32_t)o->max_batch_tokens;
+    if (o->block_size) ep.block_size = (int32_t)o->block_size;
+    if (o->kv_bytes) ep.kv_bytes = o->kv_bytes;
+    if (o->kv_fraction > 0) ep.kv_fraction = o->kv_fraction;
+    ep.deterministic = o->deterministic;
+    return ep;
+}
+
+void bench_json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+void bench_random_ids(int32_t *ids, long long n, long long seed, long long stream, int32_t vocab)
+{
+    /* splitmix64 over (seed, stream, i): independent streams from one seed */
+    for (long long i = 0; i < n; i++) {
+        uint64_t z = (uint64_t)seed * 0x9E3779B97F4A7C15ull +
+                     (uint64_t)stream * 0xD1B54A32D192ED03ull +
+                     (uint64_t)i * 0x94D049BB133111EBull + 0x2545F4914F6CDD1Dull;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        ids[i] = (int32_t)(z % (uint64_t)vocab);
+    }
+}
+
+static const char usage_text[] =
+    "usage: tern bench --model DIR [--prompt-len N] [--gen N] [--device cpu|cuda] [--json]\n"
+    "  single sequence (default):  [--reps N]\n"
+    "  concurrent requests:        --concurrency N[,N...] [--shared-prefix L] [--max-seqs N]\n"
+    "                              [--seed N]\n"
+    "  engine:                     [--max-batch-tokens N] [--block-size N]\n"
+    "                              [--kv-bytes N[K|M|G]] [--kv-fraction F] [--deterministic]\n"
+    "Single sequence: load time, prefill tok/s, time to first token, decode tok/s (median of\n"
+    "reps). Concurrent: per level, N greedy requests of --prompt-len random ids (after an\n"
+    "L-token prefix shared by all, when --shared-prefix) each generating exactly --gen tokens,\n"
+    "submitted at once: output tok/s, prefill tok/s, TTFT and inter-token latency p50/p90/p99,\n"
+    "prefix-cache hit rate. --max-seqs defaults to max(N, 16).\n";
+
+/* Integer flags: where they go and which mode they belong to. */
+enum { MODE_BOTH, MODE_SINGLE, MODE_CONC };
+static const struct int_flag {
+    const char *name;
+    long long lo, hi;
+    size_t off;
+    int mode;
+} int_flags[] = {
+    {"--prompt-len", 1, 1 << 20, offsetof(struct bench_opts, prompt_len), MODE_BOTH},
+    {"--gen", 1, 1 << 20, offsetof(struct bench_opts, gen), MODE_BOTH},
+    {"--reps", 1, 1000, offsetof(struct bench_opts, reps), MODE_SINGLE},
+    {"--max-batch-tokens", 1, 1 << 24, offsetof(struct bench_opts, max_batch_tokens), MODE_BOTH},
+    {"--block-size", 1, 1024, offsetof(struct bench_opts, block_size), MODE_BOTH},
+    {"--max-seqs", 1, 1 << 16, offsetof(struct bench_opts, max_seqs), MODE_CONC},
+    {"--shared-prefix", 0, 1 << 20, offsetof(struct bench_opts, shared_prefix), MODE_CONC},
+    {"--seed", 0, INT32_MAX, offsetof(struct bench_opts, seed), MODE_CONC},
 };
 
-static int parse(int argc, char **argv, struct bench_opts *o)
+/* "64", "512M", "2G": bytes, with binary K/M/G/T suffixes. */
+static bool parse_bytes(const char *s, long long *out)
 {
-    o->model = NULL;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    int shift = 0;
+    switch (toupper((unsigned char)*end)) {
+    case 'K':
+        shift = 10;
+        break;
+    case 'M':
+        shift = 20;
+        break;
+    case 'G':
+        shift = 30;
+        break;
+    case 'T':
+        shift = 40;
+        break;
+    default:
+        break;
+    }
+    if (shift) end++;
+    if (end == s || *end || errno || v < 1 || v > (INT64_MAX >> shift)) {
+        fprintf(stderr,
+                "tern bench: --kv-bytes expects a positive byte count (K/M/G/T "
+                "suffixes allowed), got '%s'\n",
+                s);
+        return false;
+    }
+    *out = v << shift;
+    return true;
+}
+
+/* "1,8,32": the concurrency levels. */
+static bool parse_levels(const char *s, struct bench_opts *o)
+{
+    const char *p = s;
+    o->n_levels = 0;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno || v < 1 || v > 4096 || o->n_levels == BENCH_MAX_LEVELS) break;
+        o->levels[o->n_levels++] = v;
+        if (!*end) return true;
+        if (*end != ',') break;
+        p = end + 1;
+    }
+    fprintf(stderr,
+            "tern bench: --concurrency expects up to %d integers in [1, 4096] separated "
+            "by commas, got '%s'\n",
+            BENCH_MAX_LEVELS, s);
+    return false;
+}
+
+static void defaults(struct bench_opts *o)
+{
+    memset(o, 0, sizeof *o);
     o->prompt_len = 512;
     o->gen = 128;
     o->reps = 3;
     o->device = TERN_DEVICE_CPU;
-    o->json = false;
+    o->seed = 1;
+}
+
+/* Returns -1 to go on, else the exit code. `*only` names a flag of one mode. */
+static int parse_one(int argc, char **argv, int *i, struct bench_opts *o, const char **single_only,
+                     const char **conc_only)
+{
+    const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    for (size_t k = 0; k < sizeof int_flags / sizeof int_flags[0]; k++) {
+        const struct int_flag *f = &int_flags[k];
+        if (strcmp(a, f->name) || !v) continue;
+        long long *dst = (long long *)((char *)o + f->off);
+        if (!cli_parse_int("bench", a, argv[++*i], f->lo, f->hi, dst)) return 2;
+        if (f->mode == MODE_SINGLE) *single_only = f->name;
+        if (f->mode == MODE_CONC) *conc_only = f->name;
+        return -1;
+    }
+    if (!strcmp(a, "--model") && v)
+        o->model = argv[++*i];
+    else if (!strcmp(a, "--device") && v) {
+        if (!cli_parse_device("bench", argv[++*i], &o->device)) return 2;
+    } else if (!strcmp(a, "--concurrency") && v) {
+        if (!parse_levels(argv[++*i], o)) return 2;
+    } else if (!strcmp(a, "--kv-bytes") && v) {
+        if (!parse_bytes(argv[++*i], &o->kv_bytes)) return 2;
+    } else if (!strcmp(a, "--kv-fraction") && v) {
+        char *end;
+        o->kv_fraction = strtod(argv[++*i], &end);
+        if (end == v || *end || !(o->kv_fraction > 0 && o->kv_fraction <= 1)) {
+            fprintf(stderr, "tern bench: --kv-fraction expects a number in (0, 1], got '%s'\n", v);
+            return 2;
+        }
+    } else if (!strcmp(a, "--json"))
+        o->json = true;
+    else if (!strcmp(a, "--deterministic"))
+        o->deterministic = true;
+    else
+        return cli_usage("bench", "unknown or incomplete option '%s'", a);
+    return -1;
+}
+
+static int parse(int argc, char **argv, struct bench_opts *o)
+{
+    defaults(o);
+    const char *single_only = NULL, *conc_only = NULL;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: tern bench --model DIR [--prompt-len N] [--gen N] [--reps N]\n"
-                   "                  [--device cpu|cuda] [--json]\n"
-                   "Measures load time, prefill tok/s, time to first token and decode tok/s.\n");
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage_text, stdout);
             return 0;
-        } else if (!strcmp(a, "--model") && v) o->model = argv[++i];
-        else if (!strcmp(a, "--prompt-len") && v) {
-            if (!cli_parse_int("bench", a, argv[++i], 1, 1 << 20, &o->prompt_len)) return 2;
-        } else if (!strcmp(a, "--gen") && v) {
-            if (!cli_parse_int("bench", a, argv[++i], 1, 1 << 20, &o->gen)) return 2;
-        } else if (!strcmp(a, "--reps") && v) {
-            if (!cli_parse_int("bench", a, argv[++i], 1, 1000, &o->reps)) return 2;
-        } else if (!strcmp(a, "--device") && v) {
-            if (!cli_parse_device("bench", argv[++i], &o->device)) return 2;
-        } else if (!strcmp(a, "--json")) o->json = true;
-        else return cli_usage("bench", "unknown or incomplete option '%s'", a);
+        }
+        int rc = parse_one(argc, argv, &i, o, &single_only, &conc_only);
+        if (rc >= 0) return rc;
     }
     if (!o->model) return cli_usage("bench", "--model DIR is required");
+    if (o->n_levels && single_only)
+        return cli_usage("bench", "%s applies to the single-sequence mode, not --concurrency",
+                         single_only);
+    if (!o->n_levels && conc_only) return cli_usage("bench", "%s needs --concurrency", conc_only);
     return -1;
+}
+
+struct single_result {
+    double ttft_s, total_s; /* medians: prefill + 1 token, prefill + gen + 1 tokens */
+};
+
+/* Warm-up, then the median of reps of (prefill + 1 token) and (prefill + gen + 1). */
+static int measure_single(const struct bench_opts *o, struct tern_model *m,
+                          const struct tern_model_info *in, struct single_result *res)
+{
+    int rc = 0;
+    struct tern_engine *e = NULL;
+    struct tern_engine_params ep = bench_engine_params(o);
+    ep.max_seqs = 1;
+    ep.max_context = (int32_t)(o->prompt_len + o->gen + 1);
+    int32_t *ids = malloc((size_t)o->prompt_len * sizeof *ids);
+    int32_t *out = malloc((size_t)(o->gen + 1) * sizeof *out);
+    double *tp = calloc((size_t)o->reps, sizeof *tp), *tg = calloc((size_t)o->reps, sizeof *tg);
+    enum tern_status st;
+    if (!ids || !out || !tp || !tg) {
+        rc = cli_fail("bench", "out of memory", TERN_E_NO_MEMORY);
+        goto done;
+    }
+    if ((st = tern_engine_create(m, &ep, &e)) != TERN_OK) {
+        rc = cli_fail("bench", "engine", st);
+        goto done;
+    }
+    uint32_t x = 12345;
+    for (long long i = 0; i < o->prompt_len; i++) {
+        x = x * 1664525u + 1013904223u;
+        ids[i] = (int32_t)((x >> 8) % (uint32_t)in->vocab_size);
+    }
+    int32_t n_out, n_ids = (int32_t)o->prompt_len;
+    st = tern_generate_greedy(e, ids, n_ids, 2, false, out, &n_out);
+    for (long long r = 0; st == TERN_OK && r < o->reps; r++) {
+        double a = bench_now_s();
+        st = tern_generate_greedy(e, ids, n_ids, 1, false, out, &n_out);
+        tp[r] = bench_now_s() - a;
+        if (st != TERN_OK) break;
+        a = bench_now_s();
+        st = tern_generate_greedy(e, ids, n_ids, (int32_t)o->gen + 1, false, out, &n_out);
+        tg[r] = bench_now_s() - a;
+    }
+    if (st != TERN_OK) {
+        rc = cli_fail("bench", NULL, st);
+        goto done;
+    }
+    res->ttft_s = median(tp, (int)o->reps);
+    res->total_s = median(tg, (int)o->reps);
+done:
+    free(ids);
+    free(out);
+    free(tp);
+    free(tg);
+    tern_engine_destroy(e);
+    return rc;
+}
+
+static void print_single(const struct bench_opts *o, const struct tern_model_info *in,
+                         double load_s, const struct single_result *res)
+{
+    double prefill_tps = (double)o->prompt_len / res->ttft_s;
+    double decode_tps = (double)o->gen / (res->total_s - res->ttft_s);
+    double bw = o->device == TERN_DEVICE_CPU ? host_bandwidth() : 0;
+    /* Decode reads every weight once per token; bw counts bytes read + written. */
+    double floor_tps = bw > 0 ? bw / (double)in->weight_bytes : 0;
+    if (o->json) {
+        printf("{\"model\": ");
+        bench_json_str(stdout, o->model);
+        printf(
+            ", \"architecture\": \"%s\", \"dtype\": \"%s\", \"n_params\": %lld, "
+            "\"weight_bytes\": %lld, \"device\": \"%s\", \"load_s\": %.4f, \"prompt_len\": %lld, "
+            "\"gen\": %lld, \"prefill_tok_s\": %.2f, \"ttft_ms\": %.3f, \"decode_tok_s\": %.2f, "
+            "\"host_copy_bw_gb_s\": %.2f, \"decode_floor_tok_s\": %.2f}\n",
+            in->architecture, in->dtype, (long long)in->n_params, (long long)in->weight_bytes,
+            o->device == TERN_DEVICE_CUDA ? "cuda" : "cpu", load_s, o->prompt_len, o->gen,
+            prefill_tps, res->ttft_s * 1e3, decode_tps, bw / 1e9, floor_tps);
+        return;
+    }
+    printf("model         %s (%s, %s, %.1f M params, %.1f MB)\n", o->model, in->architecture,
+           in->dtype, (double)in->n_params / 1e6, (double)in->weight_bytes / 1e6);
+    printf("%-22s %12s\n", "metric", "value");
+    printf("%-22s %12.3f\n", "load (s)", load_s);
+    printf("%-22s %12.1f\n", "prefill (tok/s)", prefill_tps);
+    printf("%-22s %12.2f\n", "TTFT (ms)", res->ttft_s * 1e3);
+    printf("%-22s %12.2f\n", "decode (tok/s)", decode_tps);
+    if (floor_tps > 0) {
+        printf("%-22s %12.2f\n", "decode floor (tok/s)", floor_tps);
+        printf("%-22s %11.0f%%\n", "decode / floor", 100.0 * decode_tps / floor_tps);
+    }
 }
 
 int tern_cmd_bench(int argc, char **argv)
@@ -97,97 +350,23 @@ int tern_cmd_bench(int argc, char **argv)
     struct bench_opts o;
     int rc = parse(argc, argv, &o);
     if (rc >= 0) return rc;
-    rc = 0;
     struct tern_model_params mp = tern_model_default_params();
     mp.device = o.device;
     mp.progress = !o.json && isatty(STDERR_FILENO);
     struct tern_model *m = NULL;
-    struct tern_engine *e = NULL;
-    int32_t *ids = NULL, *out = NULL;
-    double t0 = now_s();
+    double t0 = bench_now_s();
     enum tern_status st = tern_model_open(o.model, &mp, &m);
     if (st != TERN_OK) return cli_fail("bench", NULL, st);
-    double load_s = now_s() - t0;
-    struct tern_model_info in;
-    tern_model_get_info(m, &in);
-    struct tern_engine_params ep = tern_engine_default_params();
-    ep.max_seqs = 1;
-    ep.max_context = (int32_t)(o.prompt_len + o.gen + 1);
-    if ((st = tern_engine_create(m, &ep, &e)) != TERN_OK) {
-        rc = cli_fail("bench", "engine", st);
-        goto done;
-    }
-    ids = malloc((size_t)o.prompt_len * sizeof *ids);
-    out = malloc((size_t)(o.gen + 1) * sizeof *out);
-    if (!ids || !out) {
-        rc = cli_fail("bench", "out of memory", TERN_E_NO_MEMORY);
-        goto done;
-    }
-    uint32_t x = 12345;
-    for (long long i = 0; i < o.prompt_len; i++) {
-        x = x * 1664525u + 1013904223u;
-        ids[i] = (int32_t)((x >> 8) % (uint32_t)in.vocab_size);
-    }
-    double *tp = calloc((size_t)o.reps, sizeof *tp), *tg = calloc((size_t)o.reps, sizeof *tg);
-    int32_t n_out;
-    if (!tp || !tg) {
-        free(tp);
-        free(tg);
-        rc = cli_fail("bench", "out of memory", TERN_E_NO_MEMORY);
-        goto done;
-    }
-    /* warm-up, then median of reps */
-    st = tern_generate_greedy(e, ids, (int32_t)o.prompt_len, 2, false, out, &n_out);
-    for (long long r = 0; st == TERN_OK && r < o.reps; r++) {
-        double a = now_s();
-        st = tern_generate_greedy(e, ids, (int32_t)o.prompt_len, 1, false, out, &n_out);
-        tp[r] = now_s() - a;
-        if (st != TERN_OK) break;
-        a = now_s();
-        st = tern_generate_greedy(e, ids, (int32_t)o.prompt_len, (int32_t)o.gen + 1, false, out,
-                                  &n_out);
-        tg[r] = now_s() - a;
-    }
-    if (st != TERN_OK) {
-        free(tp);
-        free(tg);
-        rc = cli_fail("bench", NULL, st);
-        goto done;
-    }
-    double ttft = median(tp, (int)o.reps);
-    double total = median(tg, (int)o.reps);
-    free(tp);
-    free(tg);
-    double prefill_tps = (double)o.prompt_len / ttft;
-    double decode_tps = (double)o.gen / (total - ttft);
-    double bw = o.device == TERN_DEVICE_CPU ? host_bandwidth() : 0;
-    /* Decode reads every weight once per token; bw counts bytes read + written. */
-    double floor_tps = bw > 0 ? bw / (double)in.weight_bytes : 0;
-    if (o.json) {
-        printf("{\"model\": \"%s\", \"architecture\": \"%s\", \"dtype\": \"%s\", \"n_params\": %lld, "
-               "\"weight_bytes\": %lld, \"device\": \"%s\", \"load_s\": %.4f, \"prompt_len\": %lld, "
-               "\"gen\": %lld, \"prefill_tok_s\": %.2f, \"ttft_ms\": %.3f, \"decode_tok_s\": %.2f, "
-               "\"host_copy_bw_gb_s\": %.2f, \"decode_floor_tok_s\": %.2f}\n",
-               o.model, in.architecture, in.dtype, (long long)in.n_params,
-               (long long)in.weight_bytes, o.device == TERN_DEVICE_CUDA ? "cuda" : "cpu", load_s,
-               o.prompt_len, o.gen, prefill_tps, ttft * 1e3, decode_tps, bw / 1e9, floor_tps);
+    double load_s = bench_now_s() - t0;
+    if (o.n_levels) {
+        rc = bench_batch_run(&o, m, load_s);
     } else {
-        printf("model         %s (%s, %s, %.1f M params, %.1f MB)\n", o.model, in.architecture,
-               in.dtype, (double)in.n_params / 1e6, (double)in.weight_bytes / 1e6);
-        printf("%-22s %12s\n", "metric", "value");
-        printf("%-22s %12.3f\n", "load (s)", load_s);
-        printf("%-22s %12.1f\n", "prefill (tok/s)", prefill_tps);
-        printf("%-22s %12.2f\n", "TTFT (ms)", ttft * 1e3);
-        printf("%-22s %12.2f\n", "decode (tok/s)", decode_tps);
-        if (floor_tps > 0) {
-            printf("%-22s %12.2f\n", "decode floor (tok/s)", floor_tps);
-            printf("%-22s %11.0f%%\n", "decode / floor", 100.0 * decode_tps / floor_tps);
-        }
+        struct tern_model_info in;
+        struct single_result res;
+        tern_model_get_info(m, &in);
+        rc = measure_single(&o, m, &in, &res);
+        if (rc == 0) print_single(&o, &in, load_s, &res);
     }
-done:
-    free(ids);
-    free(out);
-    tern_engine_destroy(e);
     tern_model_close(m);
     return rc;
 }
