@@ -152,6 +152,50 @@ enum tern_status tern_logits(struct tern_engine *engine, const int32_t *ids, int
 
 /* ---------------------------------------------------------------- serving */
 
+/* Serving, in short: open a model, create an engine, submit requests, read
+ * each request's events until the final one, destroy what you created.
+ *
+ *     struct tern_model *model = NULL;
+ *     struct tern_engine *engine = NULL;
+ *     if (tern_model_open("/models/Qwen3-0.6B", NULL, &model) != TERN_OK ||
+ *         tern_engine_create(model, NULL, &engine) != TERN_OK) {  // NULL: default params
+ *         fprintf(stderr, "%s\n", tern_last_error());
+ *         goto out;
+ *     }
+ *     int32_t prompt[] = {9707, 1879};          // token ids, e.g. from tern_tokenize
+ *     struct tern_request req = {0};
+ *     req.ids = prompt;                         // copied by submit
+ *     req.n_ids = 2;
+ *     req.sampling = tern_sampling_default_params();  // greedy
+ *     req.sampling.max_tokens = 64;
+ *     req.detokenize = true;                    // fill ev.text (needs the tokenizer)
+ *     struct tern_stream *s = NULL;
+ *     if (tern_engine_submit(engine, &req, &s) != TERN_OK) {  // e.g. TERN_E_CAPACITY
+ *         fprintf(stderr, "%s\n", tern_last_error());
+ *         goto out;
+ *     }
+ *     struct tern_event ev;
+ *     while (tern_stream_next(s, -1, &ev) == TERN_OK) {  // -1: wait as long as it takes
+ *         if (ev.type == TERN_EVENT_TOKEN) {
+ *             fwrite(ev.text, 1, ev.text_len, stdout);
+ *         } else if (ev.final) {                // the DONE of the last completion
+ *             if (ev.status != TERN_OK) fprintf(stderr, "%s\n", ev.error);
+ *             printf("\n[%d prompt tokens, %d cached, %d generated]\n", ev.prompt_tokens,
+ *                    ev.cached_tokens, ev.completion_tokens);
+ *             break;
+ *         }
+ *     }
+ *     tern_stream_destroy(s);
+ *   out:
+ *     tern_engine_destroy(engine);
+ *     tern_model_close(model);
+ *
+ * Any number of threads may submit and read streams at once: the engine's
+ * own step thread batches every running request (continuous batching,
+ * chunked prefill) and reuses the KV blocks of prompts that share a prefix.
+ * `tern bench --concurrency` (cli/bench_batch.c) drives it this way with one
+ * reader thread per stream. */
+
 /* Per-request sampling. Initialise with tern_sampling_default_params(), which
  * gives greedy decoding; tern_engine_sampling_defaults() gives the model's
  * generation_config.json values. Processors apply in this order: penalties,
