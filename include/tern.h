@@ -131,6 +131,23 @@ struct tern_engine_params {
     bool deterministic;       /* batch-invariant kernels on CUDA (always true on CPU) */
 };
 
+/* What the two modes guarantee (CUDA; the CPU backend is always deterministic).
+ *
+ *   deterministic = true   batch invariance: a sequence's tokens and logits
+ *       are bitwise the same whether it runs alone or inside any batch, and
+ *       from run to run, process to process (one matmul algorithm per weight
+ *       shape, fixed attention splits). Costs decode throughput at small
+ *       batches (docs/perf/cuda-model.md has the measured price).
+ *   deterministic = false (default)   the same batch on the same engine gives
+ *       bitwise the same result (no atomics; graph replay and op-by-op runs
+ *       agree bitwise), but a sequence's results can differ in the last bits
+ *       with what else is in the batch (matmul kernels and attention splits
+ *       follow the batch size), and a new process may pick another matmul
+ *       algorithm. Greedy outputs can therefore part at near-ties.
+ *
+ * The mode belongs to the model's device backend: an engine created with
+ * deterministic = true or false sets it for every engine on that model. */
+
 struct tern_engine_params tern_engine_default_params(void);
 
 enum tern_status tern_engine_create(struct tern_model *model, const struct tern_engine_params *params,
@@ -384,6 +401,39 @@ const struct tern_chat_template *tern_model_chat_template(const struct tern_mode
  * errors give TERN_E_TEMPLATE with the template line. */
 enum tern_status tern_chat_template_render(const struct tern_chat_template *t,
                                            const char *context_json, char **out, size_t *out_len);
+
+/* ----------------------------------------------------------- quantization */
+
+/* One module's quantization, overriding the defaults: bits 0 keeps it dense. */
+struct tern_quantize_override {
+    const char *module; /* module path, e.g. "model.layers.0.mlp.down_proj" or "lm_head" */
+    int32_t bits;       /* 2, 3, 4, 5, 6, 8; 0 = leave unquantized */
+    int32_t group_size; /* 32, 64, 128 */
+};
+
+struct tern_quantize_params {
+    int32_t bits;       /* default 4 */
+    int32_t group_size; /* default 64 */
+    const char *mode;   /* "affine" (the only mode) */
+    const struct tern_quantize_override *overrides; /* n_overrides entries, may be NULL */
+    int32_t n_overrides;
+    bool progress; /* print a progress line on stderr */
+};
+
+struct tern_quantize_params tern_quantize_default_params(void);
+
+/* Converts the bf16/f16/f32 Hugging Face snapshot in `model_dir` to MLX's
+ * affine quantized format in `out_dir` (created; must not exist or be empty),
+ * as mlx-lm's `mlx_lm.convert --quantize` does: every 2-D `<m>.weight` whose
+ * input size is a multiple of group_size (linear layers and the embedding)
+ * becomes `<m>.weight` U32 + `<m>.scales` + `<m>.biases`, with the same bytes
+ * MLX's quantizer produces; other tensors are cast to config.json's dtype and
+ * copied; a tied model drops `lm_head.weight`. config.json gains mlx-lm's
+ * `quantization` and `quantization_config` blocks; tokenizer, template and
+ * generation files are copied. Returns TERN_E_INVALID_ARG for bad params,
+ * TERN_E_IO / TERN_E_FORMAT for unreadable input or unwritable output. */
+enum tern_status tern_quantize(const char *model_dir, const char *out_dir,
+                               const struct tern_quantize_params *params);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,7 @@
  * in place; CUDA copies them to the device).
  */
 #include "model/model.h"
+#include "tensor/quant.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -85,7 +86,9 @@ static enum tern_status bind(struct loader *L, const char *name, int n_dims, con
 }
 
 #define FLOATS ((1u << TERN_DTYPE_F32) | (1u << TERN_DTYPE_F16) | (1u << TERN_DTYPE_BF16))
-#define HALVES ((1u << TERN_DTYPE_F16) | (1u << TERN_DTYPE_BF16))
+/* Scales and biases take the dtype of the weights they came from: mlx-lm keeps
+ * a float32 model's in float32. */
+#define SCALE_DTYPES FLOATS
 
 static enum tern_status bind_vec(struct loader *L, const char *name, int64_t n,
                                  struct tern_dtensor *out)
@@ -110,11 +113,10 @@ static enum tern_status quant_for(struct loader *L, const char *module, struct t
                           L->cfg->path, src == L->quant ? "" : ".", src == L->quant ? "" : module);
     q->bits = (int32_t)json_integer_value(bits);
     q->group_size = (int32_t)json_integer_value(gs);
-    if (q->bits != 2 && q->bits != 3 && q->bits != 4 && q->bits != 5 && q->bits != 6 &&
-        q->bits != 8)
+    if (!tern_quant_bits_ok(q->bits))
         return tern_error(TERN_E_UNSUPPORTED, "%s: quantization of '%s': %d bits (2-6, 8 supported)",
                           L->cfg->path, module, q->bits);
-    if (q->group_size != 32 && q->group_size != 64 && q->group_size != 128)
+    if (!tern_quant_group_ok(q->group_size))
         return tern_error(TERN_E_UNSUPPORTED,
                           "%s: quantization of '%s': group_size %d (32, 64, 128 supported)",
                           L->cfg->path, module, q->group_size);
@@ -132,6 +134,11 @@ static enum tern_status bind_linear(struct loader *L, const char *module, int64_
     snprintf(name, sizeof name, "%s.scales", module);
     bool quantized = tern_snapshot_has(L->snap, name);
     snprintf(name, sizeof name, "%s.weight", module);
+    if (!quantized && L->quant && json_is_object(json_object_get(L->quant, module)))
+        return tern_error(TERN_E_FORMAT,
+                          "%s: config.json quantizes '%s' (quantization.%s) but the snapshot has "
+                          "no '%s.scales'",
+                          tern_snapshot_dir(L->snap), module, module, module);
     if (!quantized) {
         int64_t shape[2] = {out, in};
         TERN_TRY(bind(L, name, 2, shape, FLOATS, &lin->weight));
@@ -144,16 +151,21 @@ static enum tern_status bind_linear(struct loader *L, const char *module, int64_
                               "%s: '%s' is quantized (has .scales) but config.json has no "
                               "quantization for it",
                               tern_snapshot_dir(L->snap), module);
-        if (in % q.group_size || (in * q.bits) % 32)
-            return tern_error(TERN_E_FORMAT, "%s: '%s' input size %lld is not a multiple of "
-                              "group_size %d / packing", tern_snapshot_dir(L->snap), module,
-                              (long long)in, q.group_size);
+        if (in % q.group_size)
+            return tern_error(TERN_E_FORMAT,
+                              "%s: '%s' input size %lld is not a multiple of its group_size %d",
+                              tern_snapshot_dir(L->snap), module, (long long)in, q.group_size);
         int64_t wshape[2] = {out, in * q.bits / 32}, sshape[2] = {out, in / q.group_size};
         TERN_TRY(bind(L, name, 2, wshape, 1u << TERN_DTYPE_U32, &lin->weight));
         snprintf(name, sizeof name, "%s.scales", module);
-        TERN_TRY(bind(L, name, 2, sshape, HALVES, &lin->scales));
+        TERN_TRY(bind(L, name, 2, sshape, SCALE_DTYPES, &lin->scales));
         snprintf(name, sizeof name, "%s.biases", module);
-        TERN_TRY(bind(L, name, 2, sshape, HALVES, &lin->biases));
+        TERN_TRY(bind(L, name, 2, sshape, SCALE_DTYPES, &lin->biases));
+        if (lin->scales.dtype != lin->biases.dtype)
+            return tern_error(TERN_E_FORMAT, "%s: '%s.scales' is %s but '%s.biases' is %s",
+                              tern_snapshot_dir(L->snap), module,
+                              tern_dtype_name(lin->scales.dtype), module,
+                              tern_dtype_name(lin->biases.dtype));
         lin->bits = q.bits;
         lin->group_size = q.group_size;
         L->w->quant_bits = q.bits;
@@ -215,6 +227,14 @@ enum tern_status tern_weights_load(struct tern_backend *be, struct tern_snapshot
     L.quant = json_object_get(cfg->root, "quantization");
     if (!json_is_object(L.quant)) L.quant = json_object_get(cfg->root, "quantization_config");
     if (!json_is_object(L.quant)) L.quant = NULL;
+    if (L.quant && json_object_get(L.quant, "quant_method")) {
+        /* A Hugging Face quantization_config (GPTQ, AWQ, fp8, ...), not MLX's. */
+        const json_t *m = json_object_get(L.quant, "quant_method");
+        return tern_error(TERN_E_UNSUPPORTED,
+                          "%s: quantization_config.quant_method \"%s\" is not supported (tern "
+                          "reads MLX affine quantization; see `tern quantize`)",
+                          cfg->path, json_is_string(m) ? json_string_value(m) : "?");
+    }
     if (L.quant) {
         const json_t *mode = json_object_get(L.quant, "mode");
         if (mode && (!json_is_string(mode) || strcmp(json_string_value(mode), "affine")))

@@ -1,39 +1,32 @@
 /*
- * cpu_quant.c — dequantize-and-dot for MLX affine weights (see cpu_quant.h).
+ * cpu_quant.c — dequantize-and-dot for MLX affine weights (see cpu_quant.h
+ * and tensor/quant.h for the layout).
+ *
+ * Each thread dequantizes one weight row into float32 (whole words at a time
+ * for 2/4/8 bits, a loop the compiler vectorises) and dots it with every
+ * token row through tern_cpu_dot_f32's fixed 16 lanes: the same float
+ * operations for a token whatever else is in the batch, so CPU batch
+ * invariance stays bitwise. A row is dequantized once per call, so prefill
+ * amortises it over all tokens.
  */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_quant.h"
+#include "tensor/quant.h"
 
 #include <stdlib.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
-static float load_half(enum tern_dtype dt, const uint16_t *p, int64_t i)
-{
-    return dt == TERN_DTYPE_BF16 ? tern_bf16_to_f32(p[i]) : tern_f16_to_f32(p[i]);
-}
-
 void tern_cpu_dequant_row(const struct tern_linear *w, int64_t row, float *out)
 {
-    int64_t in = w->in_features, g = w->group_size, n_groups = in / g;
-    int bits = w->bits;
-    int64_t words = in * bits / 32;
+    int64_t in = w->in_features, n_groups = in / w->group_size;
+    int64_t words = in * w->bits / 32;
+    size_t ssz = tern_dtype_size(w->scales.dtype);
     const uint32_t *q = (const uint32_t *)tern_cpu_ptr(&w->weight) + row * words;
-    const uint16_t *sc = (const uint16_t *)tern_cpu_ptr(&w->scales) + row * n_groups;
-    const uint16_t *bi = (const uint16_t *)tern_cpu_ptr(&w->biases) + row * n_groups;
-    uint32_t mask = (1u << bits) - 1u;
-    for (int64_t gi = 0; gi < n_groups; gi++) {
-        float s = load_half(w->scales.dtype, sc, gi), b = load_half(w->biases.dtype, bi, gi);
-        for (int64_t k = 0; k < g; k++) {
-            int64_t i = gi * g + k;
-            uint64_t bit = (uint64_t)i * (uint64_t)bits;
-            uint64_t word = bit >> 5, shift = bit & 31;
-            uint64_t v = q[word] >> shift;
-            if (shift + (uint64_t)bits > 32) v |= (uint64_t)q[word + 1] << (32 - shift);
-            out[i] = s * (float)(v & mask) + b;
-        }
-    }
+    const char *sc = (const char *)tern_cpu_ptr(&w->scales) + (size_t)(row * n_groups) * ssz;
+    const char *bi = (const char *)tern_cpu_ptr(&w->biases) + (size_t)(row * n_groups) * ssz;
+    tern_quant_dequant_row(q, sc, bi, w->scales.dtype, in, w->bits, w->group_size, out);
 }
 
 enum tern_status tern_cpu_matmul_quant(struct tern_backend *be, const float *x, int64_t T,

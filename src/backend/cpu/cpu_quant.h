@@ -6,9 +6,11 @@
  *                                      value i of a row occupies bits
  *                                      [i*bits, (i+1)*bits) (LSB first), so
  *                                      for bits 2/4/8 value i is in word
- *                                      i / (32/bits) at shift (i % (32/bits))*bits
- *   scales  [out, in / group_size]      F16 or BF16
- *   biases  [out, in / group_size]      F16 or BF16
+ *                                      i / (32/bits) at shift (i % (32/bits))*bits;
+ *                                      3/5/6-bit values straddle words (checked
+ *                                      against MLX's packing: tensor/quant.h)
+ *   scales  [out, in / group_size]      F16, BF16 or F32
+ *   biases  [out, in / group_size]      same dtype as scales
  *   w[o, i] = scales[o, i / g] * q[o, i] + biases[o, i / g]
  */
 #ifndef TERN_BACKEND_CPU_QUANT_H
