@@ -25,6 +25,7 @@ scripts/setup-pytest.sh || echo "test.sh: server test venv unavailable; those te
 jobs=$(nproc)
 cmake --preset "$preset" -DTERN_WERROR=ON "${extra_cmake[@]}" >/dev/null
 cmake --build "build/$preset" -j"$jobs"
+[ "$preset" = asan ] && export TERN_TEST_SANITIZED=1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 ctest --test-dir "build/$preset" --output-on-failure -j"$jobs" "$@"

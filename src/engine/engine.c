@@ -3,10 +3,16 @@
  * creation, and the blocking single-sequence entry points (greedy generation,
  * all-position logits). The serving loop (scheduler, sampling, streams) builds
  * on the same forward and cache.
+ *
+ * Decode steps go through tern_model_forward_graph: on a backend with graph
+ * hooks (CUDA) each decode shape is captured once and replayed. The
+ * environment variable TERN_CUDA_GRAPHS=0 turns replay off (every step then
+ * runs op by op, with bitwise the same results) for tests and comparisons.
  */
 #include "api/api.h"
 #include "engine/engine.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static enum tern_status size_cache(struct tern_engine *e)
@@ -52,6 +58,8 @@ enum tern_status tern_engine_create(struct tern_model *model, const struct tern_
     e->model = model;
     e->p = p;
     struct tern_model_core *m = &model->core;
+    /* The kernels' mode is the backend's (include/tern.h); the CPU is always deterministic. */
+    if (m->be->device != TERN_DEVICE_CPU) m->be->deterministic = p.deterministic;
     e->max_context = p.max_context ? p.max_context : m->hp.max_position_embeddings;
     e->max_logits = p.max_seqs > 64 ? p.max_seqs : 64;
     if (e->max_logits > p.max_batch_tokens) e->max_logits = p.max_batch_tokens;
@@ -61,7 +69,11 @@ enum tern_status tern_engine_create(struct tern_model *model, const struct tern_
     if (st == TERN_OK)
         st = tern_fwd_init(m, p.max_batch_tokens, p.max_seqs, e->max_blocks_per_seq,
                            e->max_logits, p.block_size, &e->fwd);
-    if (st == TERN_OK) st = tern_engine_host_batch_init(e);
+    if (st == TERN_OK) {
+        const char *g = getenv("TERN_CUDA_GRAPHS");
+        if (g && strcmp(g, "0") == 0) e->fwd.use_graphs = false;
+        st = tern_engine_host_batch_init(e);
+    }
     if (st == TERN_OK) {
         struct tern_sched_params sp = {p.max_seqs, p.max_batch_tokens, e->max_context,
                                        e->n_blocks, p.block_size, true};
@@ -163,7 +175,8 @@ static enum tern_status solo_step_dev(struct tern_engine *e, struct tern_kv_seq 
     for (int32_t i = 0; i < n_logits; i++) e->hb.lidx[i] = n - n_logits + i;
     struct tern_batch b = {n, 1, seq->n_blocks, n_logits, e->hb.ids, e->hb.pos, e->hb.qstart,
                            e->hb.seqlen, e->hb.btable, e->hb.slots, e->hb.lidx};
-    TERN_TRY(tern_model_forward_ids(&e->model->core, &e->fwd, &e->kv, &b, ids_dev));
+    /* a decode step (n == 1) replays a graph where it can; prefill runs op by op */
+    TERN_TRY(tern_model_forward_graph(&e->model->core, &e->fwd, &e->kv, &b, ids_dev));
     /* no prefix keys: the blocks go back as plain free blocks */
     seq->n_computed += n;
     return TERN_OK;

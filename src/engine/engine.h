@@ -53,6 +53,7 @@ struct tern_engine {
     bool started, stop;
     struct tern_stream *pending_head, *pending_tail; /* submitted, not yet in the scheduler */
     struct tern_stream *cancel_head;                 /* cancel asked (linked by cancel_next) */
+    struct tern_stream *live;                        /* in the scheduler (step thread only) */
     uint64_t seed_counter;
     bool locks_ready;
     struct tern_engine_stats stats; /* counters (running/waiting/kv read at get_stats) */

@@ -1,5 +1,14 @@
 /*
  * loop.c — the step loop thread (see serve.c for the overview).
+ *
+ * Decode steps on a backend with graph hooks (CUDA): a batch where every
+ * sequence has one query token is padded to a bucket of sizes
+ * (decode_bucket) with dummy sequences (slot -1: nothing is stored; length
+ * 1 over block 0: their attention reads one cached row and their outputs
+ * are ignored), so that few launch shapes occur and each is replayed from
+ * a captured graph. Greedy rows without logprobs or logit processors take
+ * their token from an argmax on the device and only the ids come back;
+ * other rows download their logits row for the CPU sampler.
  */
 #include "engine/stream.h"
 
@@ -43,6 +52,10 @@ static void drain(struct tern_engine *e)
                 finish_unsubmitted(e, s, TERN_FINISH_ERROR, st, tern_last_error());
             } else {
                 s->submitted = true;
+                s->live_prev = NULL;
+                s->live_next = e->live;
+                if (e->live) e->live->live_prev = s;
+                e->live = s;
                 e->stats.prompt_tokens += s->n_prompt;
             }
         }
@@ -94,7 +107,12 @@ static void report_finished(struct tern_engine *e, const struct tern_sched_out *
         e->stats.cached_prompt_tokens += d->seq_idx == 0 ? d->n_cached : 0;
         pthread_mutex_unlock(&e->mu);
         tern_stream_push(s, &ev, tail, tail_len, NULL);
-        if (d->req_done) tern_stream_unref(s); /* the engine's reference */
+        if (d->req_done) {
+            if (s->live_prev) s->live_prev->live_next = s->live_next;
+            else e->live = s->live_next;
+            if (s->live_next) s->live_next->live_prev = s->live_prev;
+            tern_stream_unref(s); /* the engine's reference */
+        }
     }
 }
 
@@ -116,27 +134,84 @@ static enum tern_status do_copies(struct tern_engine *e, const struct tern_sched
     return TERN_OK;
 }
 
-/* Samples every row; forced ids (testing) replace the draw. */
+/* True when the row's token is the plain argmax of the raw logits. */
+static bool argmax_on_device(const struct tern_stream *s)
+{
+    const struct tern_sample_params *p = &s->sample;
+    return p->temperature == 0.0f && !p->logprobs && p->top_logprobs == 0 &&
+           p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f &&
+           p->frequency_penalty == 0.0f && p->n_bias == 0;
+}
+
+/* Samples every row; forced ids (testing) replace the draw. Rows that are
+ * a plain argmax come from the device argmax (ids only); the others
+ * download their logits row and run the CPU sampler. */
 static enum tern_status sample_rows(struct tern_engine *e, struct tern_sched_out *out,
                                     struct tern_sample_result *res)
 {
     struct tern_model_core *m = &e->model->core;
-    int32_t V = m->hp.vocab_size, n = out->n_samples;
-    struct tern_dtensor rows = tern_dtensor_rows(&e->fwd.logits, 0, n);
-    TERN_TRY(m->be->ops->download(m->be, e->hb.logits, &rows, (size_t)n * (size_t)V * 4));
+    struct tern_backend *be = m->be;
+    int32_t V = m->hp.vocab_size, n = out->n_samples, n_dev = 0;
+    for (int32_t r = 0; r < n; r++) n_dev += argmax_on_device(out->samples[r].user);
+    if (n_dev > 0) {
+        struct tern_dtensor lg = tern_dtensor_rows(&e->fwd.logits, 0, n);
+        struct tern_dtensor ids = tern_dtensor_rows(&e->fwd.ids_out, 0, n);
+        TERN_TRY(be->ops->argmax(be, &lg, &ids));
+        TERN_TRY(be->ops->download(be, e->hb.out_ids, &ids, (size_t)n * 4));
+    }
     for (int32_t r = 0; r < n; r++) {
         const struct tern_sched_sample *sm = &out->samples[r];
         struct tern_stream *s = sm->user;
-        struct tern_sample_ctx ctx = {sm->tokens, sm->n_prompt, sm->n_tokens,
-                                      (uint32_t)sm->seq_idx, (uint64_t)sm->n_generated};
-        TERN_TRY(tern_sampler_sample(e->sampler, e->hb.logits + (size_t)r * V, &s->sample, &ctx,
-                                     &res[r]));
+        if (argmax_on_device(s)) {
+            memset(&res[r], 0, sizeof res[r]);
+            res[r].token = e->hb.out_ids[r];
+        } else {
+            float *row = e->hb.logits + (size_t)r * V;
+            struct tern_dtensor lr = tern_dtensor_rows(&e->fwd.logits, r, 1);
+            TERN_TRY(be->ops->download(be, row, &lr, (size_t)V * 4));
+            struct tern_sample_ctx ctx = {sm->tokens, sm->n_prompt, sm->n_tokens,
+                                          (uint32_t)sm->seq_idx, (uint64_t)sm->n_generated};
+            TERN_TRY(tern_sampler_sample(e->sampler, row, &s->sample, &ctx, &res[r]));
+        }
         if (s->n_forced > 0)
             res[r].token = s->forced[sm->n_generated < s->n_forced ? sm->n_generated
                                                                     : s->n_forced - 1];
         e->hb.sampled[r] = res[r].token;
     }
     return TERN_OK;
+}
+
+/* The padded size of a decode batch of n sequences: exact up to 8 (the GEMV
+ * range), then multiples of 8 up to 64, of 16 up to 128, of 32 beyond. */
+static int32_t decode_bucket(int32_t n)
+{
+    int32_t q = n <= 8 ? 1 : n <= 64 ? 8 : n <= 128 ? 16 : 32;
+    return (n + q - 1) / q * q;
+}
+
+/* Pads a pure decode batch (every sequence one query token, one logits row
+ * each) to its bucket with dummy sequences, on backends that capture
+ * graphs. The padding depends only on the batch, never on whether replay is
+ * on, so results are the same either way. */
+static void pad_decode(struct tern_engine *e, struct tern_batch *b)
+{
+    struct tern_backend *be = e->model->core.be;
+    int32_t n = b->n_seqs;
+    if (!be->ops->graph_begin || b->n_tokens != n || b->n_logits != n) return;
+    int32_t cap = e->p.max_seqs < e->p.max_batch_tokens ? e->p.max_seqs : e->p.max_batch_tokens;
+    if (cap > e->max_logits) cap = e->max_logits;
+    int32_t np = decode_bucket(n);
+    if (np > cap) np = cap;
+    for (int32_t i = n; i < np; i++) {
+        e->hb.ids[i] = 0;
+        e->hb.pos[i] = 0;
+        e->hb.slots[i] = -1;
+        e->hb.qstart[i + 1] = i + 1;
+        e->hb.seqlen[i] = 1;
+        e->hb.btable[(size_t)i * b->max_blocks_per_seq] = 0;
+        e->hb.lidx[i] = i;
+    }
+    b->n_tokens = b->n_seqs = b->n_logits = np > n ? np : n;
 }
 
 static void emit_tokens(struct tern_engine *e, struct tern_sched_out *out,
@@ -185,8 +260,9 @@ static bool step(struct tern_engine *e, struct tern_sample_result *res)
                                           e->hb.btable, e->hb.slots, e->hb.lidx};
     struct tern_batch batch;
     tern_sched_build_batch(e->sched, &st, &batch);
+    pad_decode(e, &batch);
     enum tern_status s = do_copies(e, out);
-    if (s == TERN_OK) s = tern_model_forward(&e->model->core, &e->fwd, &e->kv, &batch);
+    if (s == TERN_OK) s = tern_model_forward_graph(&e->model->core, &e->fwd, &e->kv, &batch, NULL);
     if (s == TERN_OK && out->n_samples) s = sample_rows(e, out, res);
     if (s != TERN_OK) {
         /* A device failure mid-step: fail every request in this step. */
@@ -271,13 +347,14 @@ void tern_engine_stop_loop(struct tern_engine *e)
     drain(e);
     pthread_mutex_unlock(&e->mu);
     if (!e->sched) return;
-    for (int guard = 0; guard < 1000 && tern_sched_n_requests(e->sched) > 0; guard++) {
+    /* Every request still in the scheduler (queued or running) is cancelled,
+     * then reported until none is left. */
+    for (struct tern_stream *l = e->live; l; l = l->live_next) tern_sched_cancel(e->sched, l->req_id);
+    for (int guard = 0; guard < 100000 && e->live; guard++) {
         struct tern_sched_out *out = tern_sched_schedule(e->sched);
         for (int32_t i = 0; i < out->n_entries; i++)
             tern_sched_cancel(e->sched, out->entries[i].req_id);
         report_finished(e, out);
         if (out->n_entries == 0 && out->n_finished == 0) break;
     }
-    struct tern_sched_out *out = tern_sched_schedule(e->sched);
-    report_finished(e, out);
 }

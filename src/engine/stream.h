@@ -36,6 +36,7 @@ struct tern_stream {
     struct tern_stream *cancel_next; /* cancel list (engine->mu) */
     bool in_cancel_list;             /* engine->mu */
     bool submitted;                  /* in the scheduler */
+    struct tern_stream *live_prev, *live_next; /* engine->live list while submitted */
     uint64_t req_id;
     int32_t *prompt;
     int32_t n_prompt;

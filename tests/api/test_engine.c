@@ -215,7 +215,20 @@ static void test_cancel_and_reject(void **state)
     /* destroying a stream that is still running cancels it */
     s = submit(e, p, 30, 100, 0, 1);
     tern_stream_destroy(s);
+    /* destroying the engine ends queued and running requests; their streams
+     * outlive it and still get a final event */
+    struct tern_stream *q[5];
+    for (int i = 0; i < 5; i++) q[i] = submit(e, p, 20 + i, 100, 0, 1);
+    do assert_int_equal(tern_stream_next(q[0], 30000, &ev), TERN_OK);
+    while (ev.type != TERN_EVENT_TOKEN);
     tern_engine_destroy(e);
+    for (int i = 0; i < 5; i++) {
+        do assert_int_equal(tern_stream_next(q[i], 30000, &ev), TERN_OK);
+        while (!(ev.type == TERN_EVENT_DONE && ev.final));
+        assert_int_equal(ev.finish, TERN_FINISH_CANCELLED);
+        tern_stream_cancel(q[i]); /* harmless after the engine is gone */
+        tern_stream_destroy(q[i]);
+    }
     tern_model_close(m);
 }
 

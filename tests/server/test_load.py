@@ -5,6 +5,7 @@ server's RSS (from /proc) must not grow from round one to round two; at the
 end every KV block is free and nothing is in flight.
 """
 import json
+import os
 import random
 import threading
 import time
@@ -106,7 +107,10 @@ def test_load_256_streams():
         for st in (s1, s2):
             assert st["malformed"] == 0 and not st["bad_status"] and not st["errors"], st
             assert st["completed"] > 0 and st["dropped"] > 0, st
-        assert rss2 <= rss1 * 1.10 + 16 * 1024, (rss1, rss2)
+        # Under AddressSanitizer freed memory sits in a quarantine, so RSS
+        # says nothing about leaks there (LeakSanitizer checks those at exit).
+        if not os.environ.get("TERN_TEST_SANITIZED"):
+            assert rss2 <= rss1 * 1.10 + 16 * 1024, (rss1, rss2)
         assert m["tern_requests_inflight"] == 0
     finally:
         assert s.stop() == 0
