@@ -80,7 +80,7 @@ static double time_graph(op_fn fn, void *ctx)
 {
     fn(ctx, 0); /* first call outside capture: algorithm tuning */
     CHECK(be->ops->sync(be));
-    struct tern_cuda_graph *g;
+    struct tern_graph *g;
     CHECK(tern_cuda_graph_begin(be));
     for (int i = 0; i < 40; i++) fn(ctx, i);
     CHECK(tern_cuda_graph_end(be, &g));

@@ -11,6 +11,8 @@
  *
  * Layouts (outermost first, row-major, contiguous unless said otherwise):
  *   activations         [n_tokens, width]           in be->act_dtype
+ *   residual stream     [n_tokens, hidden]          F32 (rmsnorm, add_rmsnorm and add
+ *                                                   take it with act_dtype x / out)
  *   q / k / v           [n_tokens, n_heads, head_dim] (views of the qkv rows)
  *   KV cache, per layer [n_blocks, block_size, n_kv_heads, head_dim] in be->kv_dtype
  *   logits              [n_logits, vocab] float32
@@ -36,7 +38,8 @@
 #include "tensor/tensor.h"
 
 struct tern_backend;
-struct tern_buf; /* a device allocation, owned by the backend that made it */
+struct tern_buf;   /* a device allocation, owned by the backend that made it */
+struct tern_graph; /* a captured sequence of ops (backends with graph_begin only) */
 
 /* A view into a backend buffer. Contiguous, row-major. */
 struct tern_dtensor {
@@ -79,12 +82,16 @@ struct tern_batch {
 };
 
 /* The same batch as ops see it: int32 arrays in backend buffers, plus the
- * host copy and a few host-side maxima for launch configuration. */
+ * host copy and a few host-side maxima for launch configuration. Ops size
+ * their launches from these maxima only (never from the device arrays), so
+ * a captured graph stays valid for any batch with the same host shape:
+ * max_seq_len may be an upper bound (the forward rounds it up to a bucket
+ * for decode batches) and a sequence shorter than it is still exact. */
 struct tern_batch_dev {
     const struct tern_batch *host;
     int32_t block_size;
     int32_t max_q_len;   /* longest query run in this batch */
-    int32_t max_seq_len; /* longest seq_lens[] in this batch */
+    int32_t max_seq_len; /* >= every seq_lens[] in this batch */
     struct tern_dtensor token_ids, positions, query_start, seq_lens, block_tables, slot_mapping,
         logits_idx;
 };
@@ -127,6 +134,9 @@ struct tern_backend_ops {
     enum tern_status (*buf_from_host)(struct tern_backend *be, const void *data, size_t n_bytes,
                                       struct tern_buf **out);
     void (*buf_free)(struct tern_backend *be, struct tern_buf *buf);
+    /* Host -> device. `src` may be reused as soon as this returns; the copy
+     * is ordered before every op issued after it (it need not have reached
+     * the device yet: CUDA stages small uploads through pinned memory). */
     enum tern_status (*upload)(struct tern_backend *be, const struct tern_dtensor *dst,
                                const void *src, size_t n_bytes);
     enum tern_status (*download)(struct tern_backend *be, void *dst,
@@ -149,7 +159,10 @@ struct tern_backend_ops {
      * smaller than its row (per-head norm): rows = numel / dim. */
     enum tern_status (*rmsnorm)(struct tern_backend *be, const struct tern_dtensor *x,
                                 const struct tern_dtensor *w, float eps, struct tern_dtensor *out);
-    /* residual += x; out = rmsnorm(residual) * w. Fused residual add + norm. */
+    /* residual += x; out = rmsnorm(residual) * w. Fused residual add + norm.
+     * x and out share a dtype; residual has it too or is F32. rmsnorm's x may
+     * likewise be F32 with an act_dtype out, and add's b act_dtype with F32
+     * a and out. */
     enum tern_status (*add_rmsnorm)(struct tern_backend *be, struct tern_dtensor *residual,
                                     const struct tern_dtensor *x, const struct tern_dtensor *w,
                                     float eps, struct tern_dtensor *out);
@@ -191,6 +204,19 @@ struct tern_backend_ops {
     /* out[r] = argmax of row r of logits [n, vocab] F32 (first index on ties). */
     enum tern_status (*argmax)(struct tern_backend *be, const struct tern_dtensor *logits,
                                struct tern_dtensor *out);
+
+    /* ---- optional: capture and replay (NULL where unsupported, e.g. CPU) ----
+     * Between graph_begin and graph_end the ops above (not the memory calls)
+     * are recorded instead of run; graph_launch replays them with the same
+     * device addresses and launch shapes, reading whatever the buffers hold
+     * then. So a caller refreshes its inputs (upload) into the same buffers
+     * before each launch. An op that fails while recording leaves the
+     * capture open: the caller still calls graph_end (which then fails and
+     * makes no graph). */
+    enum tern_status (*graph_begin)(struct tern_backend *be);
+    enum tern_status (*graph_end)(struct tern_backend *be, struct tern_graph **out);
+    enum tern_status (*graph_launch)(struct tern_backend *be, struct tern_graph *g);
+    void (*graph_free)(struct tern_backend *be, struct tern_graph *g); /* NULL g: no-op */
 };
 
 /* The common head of every backend instance; implementations embed it first. */

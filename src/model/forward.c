@@ -2,7 +2,7 @@
  * forward.c — the llama-family decoder over a ragged batch, written once
  * against the backend op interface.
  *
- *   x = embed(ids)                                   residual = x
+ *   x = embed(ids)                                   residual = x  (F32)
  *   for each layer:
  *     h    = rmsnorm(residual)           (fused with the residual add after layer 0)
  *     qkv  = h [q_proj | k_proj | v_proj]            one [T, (H + 2 KV) hd] buffer
@@ -30,29 +30,47 @@ static enum tern_status alloc2(struct tern_backend *be, enum tern_dtype dt, int6
     return tern_dtensor_alloc(be, dt, 2, shape, t);
 }
 
-/* Batch arrays live in one I32 buffer, in this order. */
-enum { META_IDS, META_POS, META_QSTART, META_SEQLEN, META_BTABLE, META_SLOTS, META_LOGITS, META_N };
+/* Batch arrays live in one I32 buffer (and its host mirror) at fixed
+ * offsets, in this order; block tables last so that one copy of the used
+ * prefix uploads them all:
+ *   | ids | pos | slots  (max_tokens each) | qstart | seqlen | logits | block tables ... |
+ * Block table rows are repacked at the stride the batch's longest sequence
+ * needs (tern_fwd_seq_bucket for decode batches), not the caller's. */
+enum { META_IDS, META_POS, META_SLOTS, META_QSTART, META_SEQLEN, META_LOGITS, META_BTABLE, META_N };
 
 static void meta_sizes(const struct tern_fwd *f, int64_t *n)
 {
     n[META_IDS] = f->max_tokens;
     n[META_POS] = f->max_tokens;
+    n[META_SLOTS] = f->max_tokens;
     n[META_QSTART] = f->max_seqs + 1;
     n[META_SEQLEN] = f->max_seqs;
-    n[META_BTABLE] = (int64_t)f->max_seqs * f->max_blocks_per_seq;
-    n[META_SLOTS] = f->max_tokens;
     n[META_LOGITS] = f->max_logits;
+    n[META_BTABLE] = (int64_t)f->max_seqs * f->max_blocks_per_seq;
+}
+
+static int64_t meta_offset(const struct tern_fwd *f, int which)
+{
+    int64_t n[META_N], off = 0;
+    meta_sizes(f, n);
+    for (int i = 0; i < which; i++) off += n[i];
+    return off;
 }
 
 static struct tern_dtensor meta_view(const struct tern_fwd *f, int which, int64_t len)
 {
-    int64_t n[META_N];
-    meta_sizes(f, n);
     struct tern_dtensor v = f->meta;
-    for (int i = 0; i < which; i++) v.offset += (size_t)n[i] * 4;
+    v.offset += (size_t)meta_offset(f, which) * 4;
     v.n_dims = 1;
     v.shape[0] = len;
     return v;
+}
+
+int32_t tern_fwd_seq_bucket(int32_t max_seq_len, int32_t cap)
+{
+    int32_t b = 256;
+    while (b < max_seq_len && b < cap) b *= 2;
+    return b < cap ? b : cap;
 }
 
 enum tern_status tern_fwd_init(struct tern_model_core *m, int32_t max_tokens, int32_t max_seqs,
@@ -73,7 +91,10 @@ enum tern_status tern_fwd_init(struct tern_model_core *m, int32_t max_tokens, in
     meta_sizes(f, n);
     for (int i = 0; i < META_N; i++) total += n[i];
     enum tern_status st;
-    if ((st = alloc2(be, dt, max_tokens, E, &f->residual)) ||
+    /* The residual stream stays F32 on every backend: summing 2 * n_layers
+     * BF16-rounded updates in BF16 was the largest error on CUDA (2.1e-2 of
+     * the logits on tiny-llama3-rope, 1.0e-2 with an F32 residual). */
+    if ((st = alloc2(be, TERN_DTYPE_F32, max_tokens, E, &f->residual)) ||
         (st = alloc2(be, dt, max_tokens, E, &f->h)) ||
         (st = alloc2(be, dt, max_tokens, qkv_width(hp), &f->qkv)) ||
         (st = alloc2(be, dt, max_tokens, (int64_t)hp->num_attention_heads * hp->head_dim,
@@ -88,6 +109,12 @@ enum tern_status tern_fwd_init(struct tern_model_core *m, int32_t max_tokens, in
         tern_fwd_deinit(m, f);
         return st;
     }
+    f->meta_host = tern_calloc((size_t)total, sizeof(int32_t));
+    if (!f->meta_host) {
+        tern_fwd_deinit(m, f);
+        return TERN_E_NO_MEMORY;
+    }
+    f->use_graphs = be->ops->graph_begin != NULL;
     return TERN_OK;
 }
 
@@ -97,6 +124,10 @@ void tern_fwd_deinit(struct tern_model_core *m, struct tern_fwd *f)
                                   &f->gate_up,  &f->act,  &f->hl,     &f->logits,  &f->ids_out,
                                   &f->meta};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tern_dtensor_free(m->be, all[i]);
+    for (int32_t i = 0; i < f->n_graphs; i++) m->be->ops->graph_free(m->be, f->graphs[i].g);
+    f->n_graphs = 0;
+    tern_free(f->meta_host);
+    f->meta_host = NULL;
 }
 
 size_t tern_kv_block_bytes(const struct tern_model_core *m, int32_t block_size)
@@ -140,13 +171,11 @@ void tern_kv_cache_deinit(struct tern_model_core *m, struct tern_kv_cache *kv)
     kv->layers = NULL;
 }
 
-/* Checks the batch against the scratch sizes and uploads its arrays. */
-static enum tern_status upload_batch(struct tern_model_core *m, struct tern_fwd *f,
-                                     const struct tern_batch *b)
+/* Checks the batch against the scratch sizes and fills the launch maxima. */
+static enum tern_status check_batch(struct tern_fwd *f, const struct tern_batch *b)
 {
-    struct tern_backend *be = m->be;
     if (b->n_tokens < 1 || b->n_tokens > f->max_tokens || b->n_seqs < 1 ||
-        b->n_seqs > f->max_seqs || b->n_logits > f->max_logits ||
+        b->n_seqs > f->max_seqs || b->n_logits < 0 || b->n_logits > f->max_logits ||
         b->max_blocks_per_seq > f->max_blocks_per_seq)
         return tern_error(TERN_E_INVALID_ARG,
                           "batch of %d tokens / %d seqs / %d logits exceeds the forward's "
@@ -156,7 +185,6 @@ static enum tern_status upload_batch(struct tern_model_core *m, struct tern_fwd 
     if (b->query_start[0] != 0 || b->query_start[b->n_seqs] != b->n_tokens)
         return tern_error(TERN_E_INVALID_ARG, "batch query_start does not cover the tokens");
     struct tern_batch_dev *d = &f->batch;
-    d->host = b;
     d->max_q_len = 0;
     d->max_seq_len = 0;
     for (int s = 0; s < b->n_seqs; s++) {
@@ -169,28 +197,55 @@ static enum tern_status upload_batch(struct tern_model_core *m, struct tern_fwd 
         if (q > d->max_q_len) d->max_q_len = q;
         if (b->seq_lens[s] > d->max_seq_len) d->max_seq_len = b->seq_lens[s];
     }
+    /* Decode launches are sized from a bucket of the longest sequence, so
+     * one captured graph serves every step until the context outgrows it. */
+    if (d->max_q_len == 1)
+        d->max_seq_len = tern_fwd_seq_bucket(d->max_seq_len, f->max_blocks_per_seq * d->block_size);
+    return TERN_OK;
+}
+
+/* Packs the batch arrays into the host mirror at their fixed offsets
+ * (block table rows at the stride max_seq_len needs) and uploads the used
+ * prefix in one copy; ops then see f->host_view through f->batch. */
+static enum tern_status upload_batch(struct tern_model_core *m, struct tern_fwd *f,
+                                     const struct tern_batch *b)
+{
+    TERN_TRY(check_batch(f, b));
+    struct tern_batch_dev *d = &f->batch;
+    int32_t bs = d->block_size;
+    int32_t stride = (d->max_seq_len + bs - 1) / bs;
+    int32_t *h = f->meta_host;
     const struct {
         int which;
         const int32_t *src;
         int64_t n;
     } arrays[] = {
-        {META_IDS, b->token_ids, b->n_tokens},
-        {META_POS, b->positions, b->n_tokens},
-        {META_QSTART, b->query_start, b->n_seqs + 1},
-        {META_SEQLEN, b->seq_lens, b->n_seqs},
-        {META_BTABLE, b->block_tables, (int64_t)b->n_seqs * b->max_blocks_per_seq},
-        {META_SLOTS, b->slot_mapping, b->n_tokens},
-        {META_LOGITS, b->logits_idx, b->n_logits},
+        {META_IDS, b->token_ids, b->n_tokens},    {META_POS, b->positions, b->n_tokens},
+        {META_SLOTS, b->slot_mapping, b->n_tokens}, {META_QSTART, b->query_start, b->n_seqs + 1},
+        {META_SEQLEN, b->seq_lens, b->n_seqs},    {META_LOGITS, b->logits_idx, b->n_logits},
     };
-    struct tern_dtensor *views[] = {&d->token_ids,    &d->positions,    &d->query_start,
-                                    &d->seq_lens,     &d->block_tables, &d->slot_mapping,
-                                    &d->logits_idx};
+    struct tern_dtensor *views[] = {&d->token_ids,   &d->positions, &d->slot_mapping,
+                                    &d->query_start, &d->seq_lens,  &d->logits_idx};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) {
-        *views[i] = meta_view(f, arrays[i].which, arrays[i].n);
         if (arrays[i].n)
-            TERN_TRY(be->ops->upload(be, views[i], arrays[i].src, (size_t)arrays[i].n * 4));
+            memcpy(h + meta_offset(f, arrays[i].which), arrays[i].src, (size_t)arrays[i].n * 4);
+        *views[i] = meta_view(f, arrays[i].which, arrays[i].n);
     }
-    return TERN_OK;
+    int32_t *bt = h + meta_offset(f, META_BTABLE);
+    int32_t keep = stride < b->max_blocks_per_seq ? stride : b->max_blocks_per_seq;
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        int32_t *row = bt + (size_t)s * stride;
+        memcpy(row, b->block_tables + (size_t)s * b->max_blocks_per_seq, (size_t)keep * 4);
+        memset(row + keep, 0, (size_t)(stride - keep) * 4);
+    }
+    int64_t n_bt = (int64_t)b->n_seqs * stride;
+    d->block_tables = meta_view(f, META_BTABLE, n_bt);
+    f->host_view = *b;
+    f->host_view.max_blocks_per_seq = stride;
+    f->host_view.block_tables = bt;
+    d->host = &f->host_view;
+    struct tern_dtensor all = meta_view(f, 0, meta_offset(f, META_BTABLE) + n_bt);
+    return m->be->ops->upload(m->be, &all, h, tern_dtensor_bytes(&all));
 }
 
 /* A view of the first `rows` rows of a scratch tensor. */
@@ -239,25 +294,15 @@ static enum tern_status mlp_block(struct tern_model_core *m, struct tern_fwd *f,
     return ops->matmul(be, &act, &ly->down_proj, &proj, 0);
 }
 
-enum tern_status tern_model_forward(struct tern_model_core *m, struct tern_fwd *f,
-                                    struct tern_kv_cache *kv, const struct tern_batch *batch)
-{
-    return tern_model_forward_ids(m, f, kv, batch, NULL);
-}
-
-enum tern_status tern_model_forward_ids(struct tern_model_core *m, struct tern_fwd *f,
-                                        struct tern_kv_cache *kv, const struct tern_batch *batch,
-                                        const struct tern_dtensor *ids_dev)
+/* The layers and the logits over the uploaded batch (f->batch): only ops,
+ * so it can be captured. */
+static enum tern_status compute(struct tern_model_core *m, struct tern_fwd *f,
+                                struct tern_kv_cache *kv, int64_t T, int32_t n_logits)
 {
     const struct tern_backend_ops *ops = m->be->ops;
     struct tern_backend *be = m->be;
     const struct tern_hparams *hp = &m->hp;
     float eps = hp->rms_norm_eps;
-    TERN_TRY(upload_batch(m, f, batch));
-    if (ids_dev) /* the token ids are already on the device (the previous step's argmax) */
-        TERN_TRY(ops->copy(be, &f->batch.token_ids, ids_dev,
-                           (size_t)batch->n_tokens * sizeof(int32_t)));
-    int64_t T = batch->n_tokens;
     struct tern_dtensor res = rows_of(&f->residual, T), h = rows_of(&f->h, T);
     struct tern_dtensor proj = rows_of(&f->proj, T);
     TERN_TRY(ops->get_rows(be, &m->w.embed_tokens, &f->batch.token_ids, &res));
@@ -270,16 +315,96 @@ enum tern_status tern_model_forward_ids(struct tern_model_core *m, struct tern_f
         TERN_TRY(mlp_block(m, f, ly, T));
     }
     TERN_TRY(ops->add(be, &res, &proj, &res));
-    if (batch->n_logits == 0) return TERN_OK;
+    if (n_logits == 0) return TERN_OK;
     struct tern_linear hidden = {0};
     hidden.weight = res;
     hidden.in_features = hp->hidden_size;
     hidden.out_features = T;
-    struct tern_dtensor hl = rows_of(&f->hl, batch->n_logits);
-    struct tern_dtensor logits = rows_of(&f->logits, batch->n_logits);
+    struct tern_dtensor hl = rows_of(&f->hl, n_logits);
+    struct tern_dtensor logits = rows_of(&f->logits, n_logits);
     TERN_TRY(ops->get_rows(be, &hidden, &f->batch.logits_idx, &hl));
     TERN_TRY(ops->rmsnorm(be, &hl, &m->w.norm, eps, &hl));
     return ops->matmul(be, &hl, &m->w.lm_head, &logits, 0);
+}
+
+/* Uploads the batch, then puts the device token ids in place if given. */
+static enum tern_status prepare(struct tern_model_core *m, struct tern_fwd *f,
+                                const struct tern_batch *batch, const struct tern_dtensor *ids_dev)
+{
+    TERN_TRY(upload_batch(m, f, batch));
+    if (ids_dev) /* the token ids are already on the device (the previous step's argmax) */
+        TERN_TRY(m->be->ops->copy(m->be, &f->batch.token_ids, ids_dev,
+                                  (size_t)batch->n_tokens * sizeof(int32_t)));
+    return TERN_OK;
+}
+
+enum tern_status tern_model_forward(struct tern_model_core *m, struct tern_fwd *f,
+                                    struct tern_kv_cache *kv, const struct tern_batch *batch)
+{
+    return tern_model_forward_ids(m, f, kv, batch, NULL);
+}
+
+enum tern_status tern_model_forward_ids(struct tern_model_core *m, struct tern_fwd *f,
+                                        struct tern_kv_cache *kv, const struct tern_batch *batch,
+                                        const struct tern_dtensor *ids_dev)
+{
+    TERN_TRY(prepare(m, f, batch, ids_dev));
+    return compute(m, f, kv, batch->n_tokens, batch->n_logits);
+}
+
+/* The cache entry of this launch shape, or NULL when it is new. */
+static struct tern_fwd_graph *graph_find(struct tern_fwd *f, const struct tern_fwd_graph *key)
+{
+    for (int32_t i = 0; i < f->n_graphs; i++) {
+        struct tern_fwd_graph *g = &f->graphs[i];
+        if (g->n_tokens == key->n_tokens && g->n_seqs == key->n_seqs &&
+            g->n_logits == key->n_logits && g->stride == key->stride &&
+            g->max_seq_len == key->max_seq_len)
+            return g;
+    }
+    return NULL;
+}
+
+/* Records compute() for this shape into a new cache entry (g == NULL when
+ * the capture failed: that shape then keeps running op by op). */
+static enum tern_status graph_capture(struct tern_model_core *m, struct tern_fwd *f,
+                                      struct tern_kv_cache *kv, const struct tern_fwd_graph *key)
+{
+    struct tern_backend *be = m->be;
+    if (f->n_graphs == TERN_FWD_MAX_GRAPHS) { /* full: start over */
+        for (int32_t i = 0; i < f->n_graphs; i++) be->ops->graph_free(be, f->graphs[i].g);
+        f->n_graphs = 0;
+    }
+    struct tern_fwd_graph *g = &f->graphs[f->n_graphs++];
+    *g = *key;
+    g->g = NULL;
+    TERN_TRY(be->ops->graph_begin(be));
+    enum tern_status st = compute(m, f, kv, key->n_tokens, key->n_logits);
+    enum tern_status st_end = be->ops->graph_end(be, &g->g);
+    if (st != TERN_OK || st_end != TERN_OK) {
+        tern_log(TERN_LOG_WARN, "forward: no graph for %d decode tokens (%s); running op by op",
+                 key->n_tokens, tern_last_error());
+        be->ops->graph_free(be, g->g);
+        g->g = NULL;
+    }
+    return TERN_OK;
+}
+
+enum tern_status tern_model_forward_graph(struct tern_model_core *m, struct tern_fwd *f,
+                                          struct tern_kv_cache *kv,
+                                          const struct tern_batch *batch,
+                                          const struct tern_dtensor *ids_dev)
+{
+    struct tern_backend *be = m->be;
+    TERN_TRY(prepare(m, f, batch, ids_dev));
+    if (!f->use_graphs || !be->ops->graph_begin || f->batch.max_q_len != 1)
+        return compute(m, f, kv, batch->n_tokens, batch->n_logits);
+    struct tern_fwd_graph key = {batch->n_tokens, batch->n_seqs, batch->n_logits,
+                                 f->host_view.max_blocks_per_seq, f->batch.max_seq_len, NULL};
+    struct tern_fwd_graph *g = graph_find(f, &key);
+    if (g && g->g) return be->ops->graph_launch(be, g->g);
+    TERN_TRY(compute(m, f, kv, batch->n_tokens, batch->n_logits));
+    return g ? TERN_OK : graph_capture(m, f, kv, &key);
 }
 
 enum tern_status tern_model_core_load(struct tern_snapshot *snap, const struct tern_json_doc *cfg,

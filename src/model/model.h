@@ -131,11 +131,19 @@ enum tern_status tern_model_core_load(struct tern_snapshot *snap, const struct t
                                       struct tern_model_core *m);
 void tern_model_core_free(struct tern_model_core *m);
 
+/* One captured decode forward (see tern_model_forward_graph). */
+struct tern_fwd_graph {
+    int32_t n_tokens, n_seqs, n_logits, stride, max_seq_len; /* the launch shape */
+    struct tern_graph *g;                                    /* NULL: capture failed */
+};
+
+#define TERN_FWD_MAX_GRAPHS 64
+
 /* Scratch for forwards of up to max_tokens tokens from up to max_seqs
  * sequences, and up to max_logits logits rows. Allocated once. */
 struct tern_fwd {
     int32_t max_tokens, max_seqs, max_blocks_per_seq, max_logits;
-    struct tern_dtensor residual; /* [max_tokens, hidden] */
+    struct tern_dtensor residual; /* [max_tokens, hidden] F32 */
     struct tern_dtensor h;        /* [max_tokens, hidden] normed input of a block */
     struct tern_dtensor qkv;      /* [max_tokens, (n_heads + 2 n_kv) * head_dim] */
     struct tern_dtensor attn;     /* [max_tokens, n_heads * head_dim] */
@@ -145,8 +153,14 @@ struct tern_fwd {
     struct tern_dtensor hl;       /* [max_logits, hidden] rows whose logits are wanted */
     struct tern_dtensor logits;   /* [max_logits, vocab] F32 */
     struct tern_dtensor ids_out;  /* [max_logits] I32 (argmax) */
-    struct tern_dtensor meta;     /* I32 batch arrays, see tern_fwd_upload_batch */
+    struct tern_dtensor meta;     /* I32 batch arrays at fixed offsets (forward.c, META_*) */
+    int32_t *meta_host;           /* the same layout on the host, uploaded in one copy */
+    struct tern_batch host_view;  /* the batch as ops see it (block tables repacked) */
     struct tern_batch_dev batch;
+    /* Decode graphs (backends with graph_begin): one per launch shape. */
+    bool use_graphs;              /* false: decode batches run op by op (same results) */
+    int32_t n_graphs;
+    struct tern_fwd_graph graphs[TERN_FWD_MAX_GRAPHS];
 };
 
 enum tern_status tern_fwd_init(struct tern_model_core *m, int32_t max_tokens, int32_t max_seqs,
@@ -179,5 +193,25 @@ enum tern_status tern_model_forward(struct tern_model_core *m, struct tern_fwd *
 enum tern_status tern_model_forward_ids(struct tern_model_core *m, struct tern_fwd *f,
                                         struct tern_kv_cache *kv, const struct tern_batch *batch,
                                         const struct tern_dtensor *ids_dev);
+
+/* tern_model_forward_ids for decode batches (one query token per sequence),
+ * through a CUDA graph where the backend has graph hooks and f->use_graphs:
+ * the layers are captured once per launch shape (n_tokens, n_seqs, n_logits
+ * and the bucket of the longest sequence) and replayed after the batch
+ * arrays are uploaded to the same device addresses. The first batch of a
+ * shape runs op by op (which also picks the matmul algorithms) and is then
+ * captured; later ones replay. Results are bitwise those of
+ * tern_model_forward_ids: the ops, shapes and addresses are the same. Other
+ * batches (prefill chunks, no graph hooks) simply run op by op.
+ * The caller keeps n_tokens in few distinct values (the engine pads decode
+ * batches to buckets) so that few graphs are made. */
+enum tern_status tern_model_forward_graph(struct tern_model_core *m, struct tern_fwd *f,
+                                          struct tern_kv_cache *kv,
+                                          const struct tern_batch *batch,
+                                          const struct tern_dtensor *ids_dev);
+
+/* Rounds a decode batch's longest sequence up to its bucket (a power of two,
+ * at least 256, at most `cap`): decode launches are sized from the bucket. */
+int32_t tern_fwd_seq_bucket(int32_t max_seq_len, int32_t cap);
 
 #endif /* TERN_MODEL_H */

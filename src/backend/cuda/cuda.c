@@ -10,6 +10,7 @@
  * Depends on backend/, the CUDA runtime and cuBLASLt.
  */
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_quant.h"
 
 #include <string.h>
 
@@ -122,12 +123,27 @@ static enum tern_status cu_buf_from_host(struct tern_backend *be, const void *da
     return st;
 }
 
+/* Small uploads (the batch arrays of every step) go through a ring of
+ * pinned slots: a memcpy into the slot, then an asynchronous copy on the op
+ * stream, so the driver neither stages pageable memory nor blocks. A slot is
+ * reused only after its previous copy has finished (its event). Larger
+ * uploads copy from the caller's memory and wait. */
 static enum tern_status cu_upload(struct tern_backend *be, const struct tern_dtensor *dst,
                                   const void *src, size_t n_bytes)
 {
     struct tern_cuda *c = tern_cuda_of(be);
     if (!dst->buf || dst->offset + n_bytes > dst->buf->n_bytes)
         return tern_error(TERN_E_INTERNAL, "cuda: upload of %zu bytes past buffer end", n_bytes);
+    if (n_bytes <= TERN_CUDA_UP_BYTES) {
+        int k = c->up_next;
+        c->up_next = (k + 1) % TERN_CUDA_UP_SLOTS;
+        TERN_CU(cudaEventSynchronize(c->up_ev[k]));
+        memcpy(c->up[k], src, n_bytes);
+        TERN_CU(cudaMemcpyAsync(tern_cuda_ptr(dst), c->up[k], n_bytes, cudaMemcpyHostToDevice,
+                                c->stream));
+        TERN_CU(cudaEventRecord(c->up_ev[k], c->stream));
+        return TERN_OK;
+    }
     TERN_CU(cudaMemcpyAsync(tern_cuda_ptr(dst), src, n_bytes, cudaMemcpyHostToDevice, c->stream));
     TERN_CU(cudaStreamSynchronize(c->stream));
     return TERN_OK;
@@ -205,8 +221,7 @@ static enum tern_status cu_get_rows(struct tern_backend *be, const struct tern_l
                                     const struct tern_dtensor *idx, struct tern_dtensor *out)
 {
     const struct tern_dtensor *w = &table->weight;
-    if (table->bits != 0)
-        return tern_error(TERN_E_UNSUPPORTED, "cuda get_rows: quantized tables not yet supported");
+    if (table->bits != 0) return tern_cuda_get_rows_quant(be, table, idx, out);
     TERN_TRY(need(w->buf && w->n_dims == 2 && is_float(w->dtype), "get_rows",
                   "table must be a dense [rows, width] F32/F16/BF16 tensor"));
     TERN_TRY(need(idx->dtype == TERN_DTYPE_I32 && is_float(out->dtype), "get_rows",
@@ -222,18 +237,26 @@ static enum tern_status cu_get_rows(struct tern_backend *be, const struct tern_l
                     "tk_get_rows");
 }
 
+/* The residual stream may be F32 while the activations are BF16 (more exact
+ * sums across layers); these say which dtype pairs the kernels take. */
+static bool act_pair(enum tern_dtype wide, enum tern_dtype narrow)
+{
+    return is_act(wide) && (narrow == wide || (wide == TERN_DTYPE_F32 && narrow == TERN_DTYPE_BF16));
+}
+
 static enum tern_status cu_rmsnorm(struct tern_backend *be, const struct tern_dtensor *x,
                                    const struct tern_dtensor *w, float eps, struct tern_dtensor *out)
 {
     int64_t dim = x->shape[x->n_dims - 1], n = (int64_t)tern_dtensor_numel(x);
-    TERN_TRY(need(is_act(x->dtype) && out->dtype == x->dtype && is_float(w->dtype) &&
+    TERN_TRY(need(act_pair(x->dtype, out->dtype) && is_float(w->dtype) &&
                       (int64_t)tern_dtensor_numel(w) == dim,
-                  "rmsnorm", "x and out must share an F32/BF16 dtype; w [last dim of x]"));
+                  "rmsnorm", "x and out must be F32/BF16 (the same, or F32 into BF16); w [last "
+                  "dim of x]"));
     TERN_TRY(need(dim > 0 && n % dim == 0 && (int64_t)tern_dtensor_numel(out) == n, "rmsnorm",
                   "x and out must hold whole rows of w's length"));
     return launched(tk_rmsnorm(tern_cuda_of(be)->stream, tern_cuda_ptr(x), dim, tern_cuda_ptr(out),
-                               dim, 0, (int)x->dtype, n / dim, 1, dim, tern_cuda_ptr(w),
-                               (int)w->dtype, eps),
+                               dim, 0, (int)x->dtype, (int)out->dtype, n / dim, 1, dim,
+                               tern_cuda_ptr(w), (int)w->dtype, eps),
                     "tk_rmsnorm");
 }
 
@@ -242,15 +265,17 @@ static enum tern_status cu_add_rmsnorm(struct tern_backend *be, struct tern_dten
                                        float eps, struct tern_dtensor *out)
 {
     int64_t dim = x->shape[x->n_dims - 1], n = (int64_t)tern_dtensor_numel(x);
-    TERN_TRY(need(is_act(x->dtype) && residual->dtype == x->dtype && out->dtype == x->dtype &&
-                      is_float(w->dtype) && (int64_t)tern_dtensor_numel(w) == dim,
-                  "add_rmsnorm", "residual, x and out must share an F32/BF16 dtype"));
+    TERN_TRY(need(is_act(x->dtype) && act_pair(residual->dtype, x->dtype) &&
+                      out->dtype == x->dtype && is_float(w->dtype) &&
+                      (int64_t)tern_dtensor_numel(w) == dim,
+                  "add_rmsnorm", "x and out must share an F32/BF16 dtype, residual it or F32"));
     TERN_TRY(need(dim > 0 && n % dim == 0 && (int64_t)tern_dtensor_numel(residual) == n &&
                       (int64_t)tern_dtensor_numel(out) == n,
                   "add_rmsnorm", "residual, x and out must hold the same whole rows"));
     return launched(tk_add_rmsnorm(tern_cuda_of(be)->stream, tern_cuda_ptr(residual),
-                                   tern_cuda_ptr(x), tern_cuda_ptr(out), (int)x->dtype, n / dim,
-                                   dim, tern_cuda_ptr(w), (int)w->dtype, eps),
+                                   (int)residual->dtype, tern_cuda_ptr(x), tern_cuda_ptr(out),
+                                   (int)x->dtype, n / dim, dim, tern_cuda_ptr(w), (int)w->dtype,
+                                   eps),
                     "tk_add_rmsnorm");
 }
 
@@ -286,7 +311,7 @@ static enum tern_status cu_head_rmsnorm(struct tern_backend *be, struct tern_dte
     TERN_TRY(need(x_col + (int64_t)n_heads * head_dim <= width, "head_rmsnorm",
                   "heads must fit in the row"));
     return launched(tk_rmsnorm(tern_cuda_of(be)->stream, tern_cuda_ptr(x), width, tern_cuda_ptr(x),
-                               width, x_col, (int)x->dtype, T, n_heads, head_dim,
+                               width, x_col, (int)x->dtype, (int)x->dtype, T, n_heads, head_dim,
                                tern_cuda_ptr(w), (int)w->dtype, eps),
                     "tk_rmsnorm");
 }
@@ -308,11 +333,11 @@ static enum tern_status cu_add(struct tern_backend *be, const struct tern_dtenso
                                const struct tern_dtensor *b, struct tern_dtensor *out)
 {
     size_t n = tern_dtensor_numel(a);
-    TERN_TRY(need(is_act(a->dtype) && b->dtype == a->dtype && out->dtype == a->dtype &&
+    TERN_TRY(need(act_pair(a->dtype, b->dtype) && out->dtype == a->dtype &&
                       tern_dtensor_numel(b) == n && tern_dtensor_numel(out) == n,
-                  "add", "a, b and out must share shape and an F32/BF16 dtype"));
+                  "add", "a, b and out must share shape and an F32/BF16 dtype (or BF16 b)"));
     return launched(tk_add(tern_cuda_of(be)->stream, tern_cuda_ptr(a), tern_cuda_ptr(b),
-                           tern_cuda_ptr(out), (int)a->dtype, (int64_t)n),
+                           (int)b->dtype, tern_cuda_ptr(out), (int)a->dtype, (int64_t)n),
                     "tk_add");
 }
 
@@ -331,7 +356,7 @@ static enum tern_status cu_argmax(struct tern_backend *be, const struct tern_dte
 
 /* ------------------------------------------------------------ graphs */
 
-struct tern_cuda_graph {
+struct tern_graph {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
 };
@@ -342,14 +367,24 @@ enum tern_status tern_cuda_graph_begin(struct tern_backend *be)
     return TERN_OK;
 }
 
-enum tern_status tern_cuda_graph_end(struct tern_backend *be, struct tern_cuda_graph **out)
+enum tern_status tern_cuda_graph_end(struct tern_backend *be, struct tern_graph **out)
 {
     *out = NULL;
-    struct tern_cuda_graph *g = tern_calloc(1, sizeof *g);
-    if (!g) return TERN_E_NO_MEMORY;
-    cudaError_t e = cudaStreamEndCapture(tern_cuda_of(be)->stream, &g->graph);
-    if (e == cudaSuccess) e = cudaGraphInstantiate(&g->exec, g->graph, 0);
+    cudaGraph_t graph = NULL;
+    /* End the capture first, whatever happens next: the stream must leave
+     * capture mode even when an op failed while recording. */
+    cudaError_t e = cudaStreamEndCapture(tern_cuda_of(be)->stream, &graph);
+    struct tern_graph *g = e == cudaSuccess ? tern_calloc(1, sizeof *g) : NULL;
+    if (e == cudaSuccess && !g) {
+        cudaGraphDestroy(graph);
+        return TERN_E_NO_MEMORY;
+    }
+    if (g) {
+        g->graph = graph;
+        e = cudaGraphInstantiate(&g->exec, g->graph, 0);
+    }
     if (e != cudaSuccess) {
+        (void)cudaGetLastError();
         tern_cuda_graph_free(g);
         return tern_cuda_fail("cudaStreamEndCapture/cudaGraphInstantiate", (int)e, __FILE__,
                               __LINE__);
@@ -358,18 +393,25 @@ enum tern_status tern_cuda_graph_end(struct tern_backend *be, struct tern_cuda_g
     return TERN_OK;
 }
 
-enum tern_status tern_cuda_graph_launch(struct tern_backend *be, struct tern_cuda_graph *g)
+enum tern_status tern_cuda_graph_launch(struct tern_backend *be, struct tern_graph *g)
 {
     TERN_CU(cudaGraphLaunch(g->exec, tern_cuda_of(be)->stream));
     return TERN_OK;
 }
 
-void tern_cuda_graph_free(struct tern_cuda_graph *g)
+void tern_cuda_graph_free(struct tern_graph *g)
 {
     if (!g) return;
     if (g->exec) cudaGraphExecDestroy(g->exec);
     if (g->graph) cudaGraphDestroy(g->graph);
     tern_free(g);
+}
+
+static void cu_graph_free(struct tern_backend *be, struct tern_graph *g)
+{
+    if (!g) return;
+    (void)tern_cuda_of(be);
+    tern_cuda_graph_free(g);
 }
 
 /* ------------------------------------------------------------ lifecycle */
@@ -383,6 +425,10 @@ static void cu_destroy(struct tern_backend *be)
     for (int i = 0; i < TERN_CUDA_STAGES; i++) {
         if (c->stage_ev[i]) cudaEventDestroy(c->stage_ev[i]);
         if (c->stage[i]) cudaFreeHost(c->stage[i]);
+    }
+    for (int i = 0; i < TERN_CUDA_UP_SLOTS; i++) {
+        if (c->up_ev[i]) cudaEventDestroy(c->up_ev[i]);
+        if (c->up[i]) cudaFreeHost(c->up[i]);
     }
     if (c->ev0) cudaEventDestroy(c->ev0);
     if (c->ev1) cudaEventDestroy(c->ev1);
@@ -416,6 +462,10 @@ static const struct tern_backend_ops cuda_ops = {
     .silu_mul = cu_silu_mul,
     .add = cu_add,
     .argmax = cu_argmax,
+    .graph_begin = tern_cuda_graph_begin,
+    .graph_end = tern_cuda_graph_end,
+    .graph_launch = tern_cuda_graph_launch,
+    .graph_free = cu_graph_free,
 };
 
 static enum tern_status cu_init(struct tern_cuda *c, int device)
@@ -436,6 +486,10 @@ static enum tern_status cu_init(struct tern_cuda *c, int device)
     for (int i = 0; i < TERN_CUDA_STAGES; i++) {
         TERN_CU(cudaHostAlloc(&c->stage[i], TERN_CUDA_STAGE_BYTES, cudaHostAllocDefault));
         TERN_CU(cudaEventCreateWithFlags(&c->stage_ev[i], cudaEventDisableTiming));
+    }
+    for (int i = 0; i < TERN_CUDA_UP_SLOTS; i++) {
+        TERN_CU(cudaHostAlloc(&c->up[i], TERN_CUDA_UP_BYTES, cudaHostAllocDefault));
+        TERN_CU(cudaEventCreateWithFlags(&c->up_ev[i], cudaEventDisableTiming));
     }
     TERN_CU(cudaEventCreate(&c->ev0));
     TERN_CU(cudaEventCreate(&c->ev1));

@@ -8,7 +8,8 @@
  * struct tern_cuda: no global state. Device memory taken at creation:
  *   lt_ws    cuBLASLt workspace             TERN_CUDA_LT_WS_BYTES
  *   attn_ws  split-KV decode partials       TERN_CUDA_ATTN_WS_BYTES
- * plus pinned host staging for weight uploads (TERN_CUDA_STAGES chunks).
+ * plus pinned host staging for weight uploads (TERN_CUDA_STAGES chunks) and
+ * a ring of small pinned slots for per-step uploads (TERN_CUDA_UP_SLOTS).
  * Ops allocate nothing, never synchronise and copy no host data, so a decode
  * step can be captured into a CUDA graph.
  *
@@ -39,6 +40,8 @@
 #define TERN_CUDA_ATTN_WS_BYTES ((size_t)128 << 20)
 #define TERN_CUDA_STAGES 4
 #define TERN_CUDA_STAGE_BYTES ((size_t)16 << 20)
+#define TERN_CUDA_UP_SLOTS 4
+#define TERN_CUDA_UP_BYTES ((size_t)4 << 20)
 #define TERN_CUDA_MAX_PLANS 256
 /* Rows up to which matmul uses the GEMV kernel (default mode). */
 #define TERN_CUDA_GEMV_MAX_T 8
@@ -69,6 +72,9 @@ struct tern_cuda {
     float *attn_ws;
     void *stage[TERN_CUDA_STAGES];
     cudaEvent_t stage_ev[TERN_CUDA_STAGES];
+    void *up[TERN_CUDA_UP_SLOTS]; /* pinned slots for small uploads (cu_upload) */
+    cudaEvent_t up_ev[TERN_CUDA_UP_SLOTS];
+    int up_next;
     cudaEvent_t ev0, ev1; /* for algorithm timing */
     struct tern_cuda_plan plans[TERN_CUDA_MAX_PLANS];
     int n_plans, next_plan;

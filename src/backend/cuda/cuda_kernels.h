@@ -34,13 +34,15 @@ cudaError_t tk_get_rows(cudaStream_t st, const void *table, int tdt, int64_t n_t
 
 /* Grouped RMSNorm: for t < n_rows, h < n_groups the `dim` elements at
  * x + t * x_stride + col0 + h * dim are normalised into the same place of out
- * (out_stride); w: [dim] of dtype wdt. x and out share dtype adt. */
+ * (out_stride); w: [dim] of dtype wdt. x has dtype adt, out odt (the same,
+ * or F32 x into BF16 out: the F32 residual stream). */
 cudaError_t tk_rmsnorm(cudaStream_t st, const void *x, int64_t x_stride, void *out,
-                       int64_t out_stride, int64_t col0, int adt, int64_t n_rows, int n_groups,
-                       int64_t dim, const void *w, int wdt, float eps);
+                       int64_t out_stride, int64_t col0, int adt, int odt, int64_t n_rows,
+                       int n_groups, int64_t dim, const void *w, int wdt, float eps);
 
-/* res[r] += x[r]; out[r] = rmsnorm(res[r]) * w. All [rows, dim] contiguous in adt. */
-cudaError_t tk_add_rmsnorm(cudaStream_t st, void *res, const void *x, void *out, int adt,
+/* res[r] += x[r]; out[r] = rmsnorm(res[r]) * w. All [rows, dim] contiguous;
+ * x and out in adt, res in rdt (adt, or F32 with BF16 x/out). */
+cudaError_t tk_add_rmsnorm(cudaStream_t st, void *res, int rdt, const void *x, void *out, int adt,
                            int64_t n_rows, int64_t dim, const void *w, int wdt, float eps);
 
 /* In-place rotary embedding of n_heads heads at x + t * stride + col0. */
@@ -58,8 +60,10 @@ cudaError_t tk_kv_store(cudaStream_t st, const void *qkv, int adt, int64_t strid
 /* out[t, i] = silu(gu[t, i]) * gu[t, ff + i]. */
 cudaError_t tk_silu_mul(cudaStream_t st, const void *gate_up, void *out, int adt, int64_t n_tok,
                         int64_t ff);
-/* out = a + b over n elements. */
-cudaError_t tk_add(cudaStream_t st, const void *a, const void *b, void *out, int adt, int64_t n);
+/* out = a + b over n elements; a and out in adt, b in bdt (adt, or BF16
+ * with F32 a/out). */
+cudaError_t tk_add(cudaStream_t st, const void *a, const void *b, int bdt, void *out, int adt,
+                   int64_t n);
 /* out[r] = first index of the maximum of row r (F32 logits, I32 out). */
 cudaError_t tk_argmax(cudaStream_t st, const float *logits, int64_t n_rows, int64_t vocab,
                       int32_t *out);

@@ -35,8 +35,8 @@ extern "C" cudaError_t tk_get_rows(cudaStream_t st, const void *table, int tdt, 
 /* ------------------------------------------------------------ rmsnorm */
 
 /* One warp per (row, group): for small dims (per-head norms). */
-template <typename T>
-static __global__ void k_rmsnorm_warp(const T *x, int64_t xs, T *out, int64_t os, int64_t col0,
+template <typename T, typename TO>
+static __global__ void k_rmsnorm_warp(const T *x, int64_t xs, TO *out, int64_t os, int64_t col0,
                                       int64_t n_rows, int n_groups, int64_t dim, const void *w,
                                       int wdt, float eps)
 {
@@ -45,7 +45,7 @@ static __global__ void k_rmsnorm_warp(const T *x, int64_t xs, T *out, int64_t os
     if (gid >= n_rows * n_groups) return;
     int64_t row = gid / n_groups, g = gid % n_groups;
     const T *xr = x + row * xs + col0 + g * dim;
-    T *orow = out + row * os + col0 + g * dim;
+    TO *orow = out + row * os + col0 + g * dim;
     float ss = 0.0f;
     for (int64_t i = lane; i < dim; i += 32) {
         float v = tk_f(xr[i]);
@@ -53,18 +53,18 @@ static __global__ void k_rmsnorm_warp(const T *x, int64_t xs, T *out, int64_t os
     }
     ss = tk_warp_sum(ss);
     float inv = rsqrtf(ss / (float)dim + eps);
-    for (int64_t i = lane; i < dim; i += 32) orow[i] = tk_from<T>(tk_f(xr[i]) * inv * tk_ld(w, wdt, i));
+    for (int64_t i = lane; i < dim; i += 32) orow[i] = tk_from<TO>(tk_f(xr[i]) * inv * tk_ld(w, wdt, i));
 }
 
 /* One block per (row, group): for hidden-size norms. */
-template <typename T>
-static __global__ void k_rmsnorm_block(const T *x, int64_t xs, T *out, int64_t os, int64_t col0,
+template <typename T, typename TO>
+static __global__ void k_rmsnorm_block(const T *x, int64_t xs, TO *out, int64_t os, int64_t col0,
                                        int n_groups, int64_t dim, const void *w, int wdt, float eps)
 {
     __shared__ float red[32];
     int64_t row = blockIdx.x / n_groups, g = blockIdx.x % n_groups;
     const T *xr = x + row * xs + col0 + g * dim;
-    T *orow = out + row * os + col0 + g * dim;
+    TO *orow = out + row * os + col0 + g * dim;
     float ss = 0.0f;
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
         float v = tk_f(xr[i]);
@@ -73,10 +73,10 @@ static __global__ void k_rmsnorm_block(const T *x, int64_t xs, T *out, int64_t o
     ss = tk_block_sum(ss, red);
     float inv = rsqrtf(ss / (float)dim + eps);
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
-        orow[i] = tk_from<T>(tk_f(xr[i]) * inv * tk_ld(w, wdt, i));
+        orow[i] = tk_from<TO>(tk_f(xr[i]) * inv * tk_ld(w, wdt, i));
 }
 
-template <typename T>
+template <typename T, typename TO>
 static cudaError_t rmsnorm_t(cudaStream_t st, const void *x, int64_t xs, void *out, int64_t os,
                              int64_t col0, int64_t n_rows, int n_groups, int64_t dim, const void *w,
                              int wdt, float eps)
@@ -84,39 +84,43 @@ static cudaError_t rmsnorm_t(cudaStream_t st, const void *x, int64_t xs, void *o
     int64_t n = n_rows * n_groups;
     if (n <= 0) return cudaSuccess;
     if (dim <= 512) {
-        k_rmsnorm_warp<T><<<(unsigned)tk_cdiv(n, 8), 256, 0, st>>>(
-            (const T *)x, xs, (T *)out, os, col0, n_rows, n_groups, dim, w, wdt, eps);
+        k_rmsnorm_warp<T, TO><<<(unsigned)tk_cdiv(n, 8), 256, 0, st>>>(
+            (const T *)x, xs, (TO *)out, os, col0, n_rows, n_groups, dim, w, wdt, eps);
     } else {
-        k_rmsnorm_block<T><<<(unsigned)n, 256, 0, st>>>((const T *)x, xs, (T *)out, os, col0,
-                                                        n_groups, dim, w, wdt, eps);
+        k_rmsnorm_block<T, TO><<<(unsigned)n, 256, 0, st>>>((const T *)x, xs, (TO *)out, os, col0,
+                                                            n_groups, dim, w, wdt, eps);
     }
     return TK_LAUNCHED();
 }
 
 extern "C" cudaError_t tk_rmsnorm(cudaStream_t st, const void *x, int64_t x_stride, void *out,
-                                  int64_t out_stride, int64_t col0, int adt, int64_t n_rows,
-                                  int n_groups, int64_t dim, const void *w, int wdt, float eps)
+                                  int64_t out_stride, int64_t col0, int adt, int odt,
+                                  int64_t n_rows, int n_groups, int64_t dim, const void *w, int wdt,
+                                  float eps)
 {
     if (adt == TK_BF16)
-        return rmsnorm_t<bf16>(st, x, x_stride, out, out_stride, col0, n_rows, n_groups, dim, w,
-                               wdt, eps);
-    return rmsnorm_t<float>(st, x, x_stride, out, out_stride, col0, n_rows, n_groups, dim, w, wdt,
-                            eps);
+        return rmsnorm_t<bf16, bf16>(st, x, x_stride, out, out_stride, col0, n_rows, n_groups,
+                                     dim, w, wdt, eps);
+    if (odt == TK_BF16)
+        return rmsnorm_t<float, bf16>(st, x, x_stride, out, out_stride, col0, n_rows, n_groups,
+                                      dim, w, wdt, eps);
+    return rmsnorm_t<float, float>(st, x, x_stride, out, out_stride, col0, n_rows, n_groups, dim,
+                                   w, wdt, eps);
 }
 
-/* residual += x (stored in T), then the norm of the stored residual. */
-template <typename T>
-static __global__ void k_add_rmsnorm(T *res, const T *x, T *out, int64_t dim, const void *w,
+/* residual (TR) += x (T), then the norm of the stored residual into out (T). */
+template <typename TR, typename T>
+static __global__ void k_add_rmsnorm(TR *res, const T *x, T *out, int64_t dim, const void *w,
                                      int wdt, float eps)
 {
     __shared__ float red[32];
     int64_t row = blockIdx.x;
-    T *rr = res + row * dim;
+    TR *rr = res + row * dim;
     const T *xr = x + row * dim;
     T *orow = out + row * dim;
     float ss = 0.0f;
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-        T s = tk_from<T>(tk_f(rr[i]) + tk_f(xr[i]));
+        TR s = tk_from<TR>(tk_f(rr[i]) + tk_f(xr[i]));
         rr[i] = s;
         float v = tk_f(s);
         ss += v * v;
@@ -128,17 +132,21 @@ static __global__ void k_add_rmsnorm(T *res, const T *x, T *out, int64_t dim, co
         orow[i] = tk_from<T>(tk_f(rr[i]) * inv * tk_ld(w, wdt, i));
 }
 
-extern "C" cudaError_t tk_add_rmsnorm(cudaStream_t st, void *res, const void *x, void *out,
-                                      int adt, int64_t n_rows, int64_t dim, const void *w, int wdt,
-                                      float eps)
+extern "C" cudaError_t tk_add_rmsnorm(cudaStream_t st, void *res, int rdt, const void *x,
+                                      void *out, int adt, int64_t n_rows, int64_t dim,
+                                      const void *w, int wdt, float eps)
 {
     if (n_rows <= 0) return cudaSuccess;
-    if (adt == TK_BF16)
-        k_add_rmsnorm<bf16><<<(unsigned)n_rows, 256, 0, st>>>((bf16 *)res, (const bf16 *)x,
-                                                             (bf16 *)out, dim, w, wdt, eps);
+    unsigned g = (unsigned)n_rows;
+    if (rdt == TK_F32 && adt == TK_BF16)
+        k_add_rmsnorm<float, bf16><<<g, 256, 0, st>>>((float *)res, (const bf16 *)x, (bf16 *)out,
+                                                     dim, w, wdt, eps);
+    else if (adt == TK_BF16)
+        k_add_rmsnorm<bf16, bf16><<<g, 256, 0, st>>>((bf16 *)res, (const bf16 *)x, (bf16 *)out,
+                                                    dim, w, wdt, eps);
     else
-        k_add_rmsnorm<float><<<(unsigned)n_rows, 256, 0, st>>>((float *)res, (const float *)x,
-                                                              (float *)out, dim, w, wdt, eps);
+        k_add_rmsnorm<float, float><<<g, 256, 0, st>>>((float *)res, (const float *)x,
+                                                      (float *)out, dim, w, wdt, eps);
     return TK_LAUNCHED();
 }
 
@@ -257,21 +265,26 @@ extern "C" cudaError_t tk_silu_mul(cudaStream_t st, const void *gate_up, void *o
     return TK_LAUNCHED();
 }
 
-template <typename T> static __global__ void k_add(const T *a, const T *b, T *out, int64_t n)
+template <typename T, typename TB>
+static __global__ void k_add(const T *a, const TB *b, T *out, int64_t n)
 {
     int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (id < n) out[id] = tk_from<T>(tk_f(a[id]) + tk_f(b[id]));
 }
 
-extern "C" cudaError_t tk_add(cudaStream_t st, const void *a, const void *b, void *out, int adt,
-                              int64_t n)
+extern "C" cudaError_t tk_add(cudaStream_t st, const void *a, const void *b, int bdt, void *out,
+                              int adt, int64_t n)
 {
     if (n <= 0) return cudaSuccess;
     unsigned blocks = (unsigned)tk_cdiv(n, 256);
     if (adt == TK_BF16)
-        k_add<bf16><<<blocks, 256, 0, st>>>((const bf16 *)a, (const bf16 *)b, (bf16 *)out, n);
+        k_add<bf16, bf16><<<blocks, 256, 0, st>>>((const bf16 *)a, (const bf16 *)b, (bf16 *)out, n);
+    else if (bdt == TK_BF16)
+        k_add<float, bf16><<<blocks, 256, 0, st>>>((const float *)a, (const bf16 *)b, (float *)out,
+                                                   n);
     else
-        k_add<float><<<blocks, 256, 0, st>>>((const float *)a, (const float *)b, (float *)out, n);
+        k_add<float, float><<<blocks, 256, 0, st>>>((const float *)a, (const float *)b,
+                                                    (float *)out, n);
     return TK_LAUNCHED();
 }
 
