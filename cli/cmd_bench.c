@@ -362,7 +362,7 @@ int tern_cmd_bench(int argc, char **argv)
         rc = bench_batch_run(&o, m, load_s);
     } else {
         struct tern_model_info in;
-        struct single_result res;
+        struct single_result res = {0};
         tern_model_get_info(m, &in);
         rc = measure_single(&o, m, &in, &res);
         if (rc == 0) print_single(&o, &in, load_s, &res);
