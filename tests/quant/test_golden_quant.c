@@ -11,15 +11,28 @@
  * weights (scale * q + bias in float32 is exact to one rounding on both), so
  * the differences are float32 summation order only; measured max 2e-6, bound
  * 1e-5 (the issue allows 1e-3; MLX's bf16 path would need that).
+ *
+ * With TERN_QUANT_DEVICE=cuda (scripts/gpu-quant.sh) the models run on the
+ * CUDA backend instead: BF16 activations, so logits within CUDA_REL_TOL, and
+ * greedy tokens identical up to the first step whose oracle top-2 gap is
+ * below CUDA_TIE (a near-tie that BF16 rounding may flip; the sequences
+ * part there and the rest is not compared). No bitwise chunk check.
  */
 #include "testutil.h"
 
+#include "backend/backend.h"
+
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define REL_TOL 1e-5
+#define CUDA_REL_TOL 5e-2
+#define CUDA_TIE 1e-2
+
+static bool on_cuda;
 
 static char *golden_path(const char *dir, const char *file)
 {
@@ -77,6 +90,8 @@ static void check_fixture(const char *dir)
     int n = (int)prompt.n, V = (int)logits.shape[1], G = (int)greedy.n;
     struct tern_model *m = NULL;
     struct tern_model_params mp = tern_model_default_params();
+    mp.device = on_cuda ? TERN_DEVICE_CUDA : TERN_DEVICE_CPU;
+    double tol = on_cuda ? CUDA_REL_TOL : REL_TOL;
     if (tern_model_open(dir, &mp, &m) != TERN_OK) fail_msg("%s: %s", dir, tern_last_error());
 
     float *full = logits_of(m, prompt.data, n, V, 2048, 16);
@@ -84,13 +99,37 @@ static void check_fixture(const char *dir)
     struct tern_model_info in;
     tern_model_get_info(m, &in);
     printf("  %-20s %-5s prompt logits max rel err %.2e\n", strrchr(dir, '/') + 1, in.dtype, err);
-    if (!(err <= REL_TOL)) fail_msg("%s: logits rel err %.3e > %.0e", dir, err, REL_TOL);
+    if (!(err <= tol)) fail_msg("%s: logits rel err %.3e > %.0e", dir, err, tol);
 
     int32_t *gen = greedy_of(m, prompt.data, n, G);
-    for (int i = 0; i < G; i++)
-        if (gen[i] != ((int32_t *)greedy.data)[i])
-            fail_msg("%s: greedy token %d is %d, mlx-lm gives %d", dir, i, gen[i],
-                     ((int32_t *)greedy.data)[i]);
+    for (int i = 0; i < G; i++) {
+        if (gen[i] == ((int32_t *)greedy.data)[i]) continue;
+        const float *row = (const float *)glog.data + (size_t)i * V;
+        float top = -INFINITY, second = -INFINITY, amax = 0;
+        for (int v = 0; v < V; v++) {
+            if (row[v] > top) {
+                second = top;
+                top = row[v];
+            } else if (row[v] > second) second = row[v];
+            if (fabsf(row[v]) > amax) amax = fabsf(row[v]);
+        }
+        double gap = (top - second) / amax;
+        if (!on_cuda || gap >= CUDA_TIE)
+            fail_msg("%s: greedy token %d is %d, mlx-lm gives %d (top-2 gap %.2e)", dir, i, gen[i],
+                     ((int32_t *)greedy.data)[i], gap);
+        printf("  %-20s parts at greedy step %d on a near-tie (gap %.2e)\n", "", i, gap);
+        break;
+    }
+    if (on_cuda) {
+        tern_free(gen);
+        tern_free(full);
+        tern_model_close(m);
+        tu_npy_free(&prompt);
+        tu_npy_free(&logits);
+        tu_npy_free(&greedy);
+        tu_npy_free(&glog);
+        return;
+    }
 
     int total = n + G - 1;
     int32_t *seq = tern_malloc((size_t)total * sizeof(int32_t));
@@ -125,7 +164,15 @@ static int by_name(const void *a, const void *b)
 static void test_all_fixtures(void **state)
 {
     (void)state;
-    char *root = tu_fixture("quant");
+    const char *dev = getenv("TERN_QUANT_DEVICE");
+    on_cuda = dev && !strcmp(dev, "cuda");
+    if (on_cuda && !tern_backend_cuda_available()) {
+        printf("skipped: no CUDA device\n");
+        skip();
+    }
+    /* On the GPU machine the tree lives elsewhere: scripts/gpu-quant.sh says where. */
+    const char *fx = getenv("TERN_TEST_FIXTURES");
+    char *root = fx ? tern_path_join(fx, "quant") : tu_fixture("quant");
     DIR *d = opendir(root);
     if (!d) fail_msg("no fixtures at %s", root);
     char *names[64];

@@ -13,6 +13,9 @@
  *                     shape: the same kernel and reduction order for every
  *                     batch, so a row's result does not depend on the others.
  *   other dtypes      (F32/F16 weights, odd sizes) the exact generic GEMV.
+ *   quantized w       (MLX affine) cuda_quant.c: the same split, with a GEMV
+ *                     that dequantizes in registers and a BF16 dequantized
+ *                     copy of w feeding cuBLASLt (tern_cuda_lt_bf16 below).
  *
  * Row-major y = x W^T is, in cuBLAS's column-major terms, C[out, T] =
  * op(A)[out, in] * B[in, T] with A = W viewed as [in, out] (ld in, op T),
@@ -22,6 +25,7 @@
  * Depends on cuda_internal.h.
  */
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_quant.h"
 
 #include <string.h>
 
@@ -212,11 +216,10 @@ static enum tern_status check_operands(const struct tern_dtensor *x, const struc
                                        const struct tern_dtensor *y, int64_t y_col)
 {
     const struct tern_dtensor *W = &w->weight;
-    if (w->bits != 0)
-        return tern_error(TERN_E_UNSUPPORTED, "cuda matmul: quantized weights not yet supported");
-    bool ok = W->buf && W->n_dims == 2 && W->shape[0] == w->out_features &&
-              W->shape[1] == w->in_features && x->n_dims >= 1 && y->n_dims >= 1 &&
-              x->shape[0] == y->shape[0];
+    int64_t w_cols = w->bits ? w->in_features * w->bits / 32 : w->in_features;
+    bool ok = W->buf && W->n_dims == 2 && W->shape[0] == w->out_features && W->shape[1] == w_cols &&
+              x->n_dims >= 1 && y->n_dims >= 1 && x->shape[0] == y->shape[0] &&
+              (!w->bits || (W->dtype == TERN_DTYPE_U32 && w->scales.buf && w->biases.buf));
     if (!ok)
         return tern_error(TERN_E_INVALID_ARG,
                           "cuda matmul: weight must be [out, in] and x, y have the same rows");
@@ -232,7 +235,7 @@ static enum tern_status check_operands(const struct tern_dtensor *x, const struc
     bool fl = (x->dtype == TERN_DTYPE_F32 || x->dtype == TERN_DTYPE_BF16) &&
               (y->dtype == TERN_DTYPE_F32 || y->dtype == TERN_DTYPE_BF16) &&
               (W->dtype == TERN_DTYPE_F32 || W->dtype == TERN_DTYPE_F16 ||
-               W->dtype == TERN_DTYPE_BF16);
+               W->dtype == TERN_DTYPE_BF16 || w->bits);
     if (!fl)
         return tern_error(TERN_E_UNSUPPORTED, "cuda matmul: x %s, weight %s, y %s not supported",
                           tern_dtype_name(x->dtype), tern_dtype_name(W->dtype),
@@ -253,6 +256,7 @@ enum tern_status tern_cuda_matmul(struct tern_backend *be, const struct tern_dte
     const void *bias = w->bias.buf ? tern_cuda_ptr(&w->bias) : NULL;
     int bdt = bias ? (int)w->bias.dtype : 0;
     void *yp = (char *)tern_cuda_ptr(y) + (size_t)y_col * tern_dtype_size(y->dtype);
+    if (w->bits) return tern_cuda_matmul_quant(c, x, w, yp, (int)y->dtype, ys);
     const void *xp = tern_cuda_ptr(x), *wp = tern_cuda_ptr(&w->weight);
     bool bf = x->dtype == TERN_DTYPE_BF16 && w->weight.dtype == TERN_DTYPE_BF16;
     bool lt = bf && in % 8 == 0 && (be->deterministic || T > TERN_CUDA_GEMV_MAX_T);
@@ -268,6 +272,21 @@ enum tern_status tern_cuda_matmul(struct tern_backend *be, const struct tern_dte
     TERN_TRY(lt_matmul(c, &k));
     if (bias && k.bias_dt < 0) {
         cudaError_t e = tk_bias_add(c->stream, yp, (int)y->dtype, ys, bias, bdt, T, out);
+        if (e != cudaSuccess) return tern_cuda_fail("tk_bias_add", (int)e, __FILE__, __LINE__);
+    }
+    return TERN_OK;
+}
+
+enum tern_status tern_cuda_lt_bf16(struct tern_cuda *c, const void *x, int64_t xs, const void *w,
+                                   const void *bias, int bdt, void *y, int ydt, int64_t ys,
+                                   int64_t T, int64_t in, int64_t out)
+{
+    struct lt_call k = {.x = x, .w = w, .bias = bias, .y = y, .T = T, .in = in, .out = out,
+                        .xs = xs, .ys = ys, .ydt = (enum tern_dtype)ydt,
+                        .bias_dt = bias && bdt == ydt ? bdt : -1};
+    TERN_TRY(lt_matmul(c, &k));
+    if (bias && k.bias_dt < 0) {
+        cudaError_t e = tk_bias_add(c->stream, y, ydt, ys, bias, bdt, T, out);
         if (e != cudaSuccess) return tern_cuda_fail("tk_bias_add", (int)e, __FILE__, __LINE__);
     }
     return TERN_OK;

@@ -1,0 +1,69 @@
+/*
+ * cuda_quant.h — C-callable launchers of the MLX-affine kernels
+ * (cuda_quant.cu) and the glue that uses them (cuda_quant.c). Layout of a
+ * quantized weight: tensor/quant.h. Launchers only enqueue work on the given
+ * stream (graph-capturable) and return the launch's cudaError_t.
+ *
+ * Compiles as C and as CUDA C++.
+ */
+#ifndef TERN_CUDA_QUANT_H
+#define TERN_CUDA_QUANT_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One quantized matrix [rows, in] on the device. */
+struct tk_qmat {
+    const void *q;       /* [rows, in * bits / 32] U32 */
+    const void *scales;  /* [rows, in / group] */
+    const void *biases;  /* [rows, in / group] */
+    int sdt;             /* TK_F32 / TK_F16 / TK_BF16 */
+    int bits, group;
+};
+
+/* y[t, o] = sum_i x[t, i] * w[o, i] (+ bias[o]) with w dequantized in
+ * registers. Fast path (tk_qgemv_fast): bits 2/4/8, x BF16, in % 256 == 0,
+ * 16-byte aligned; rows_per_warp 2 or 4. Otherwise an exact slow path. */
+cudaError_t tk_qgemv(cudaStream_t st, const struct tk_qmat *m, const void *x, int xdt,
+                     int64_t x_stride, const void *bias, int bdt, void *y, int ydt,
+                     int64_t y_stride, int64_t n_tok, int64_t in, int64_t out, int rows_per_warp);
+int tk_qgemv_fast(const struct tk_qmat *m, const void *x, int xdt, int64_t x_stride, int64_t in);
+
+/* out[r, :] = dequantized row (idx ? idx[r] : r) of m (rows of it exist;
+ * out-of-range indices give zeros), r < n_out, in dtype odt, row stride
+ * out_stride elements. The prefill path dequantizes a whole weight to BF16
+ * with it; get_rows gathers embedding rows. */
+cudaError_t tk_qdequant(cudaStream_t st, const struct tk_qmat *m, int64_t rows, int64_t in,
+                        const int32_t *idx, int64_t n_out, void *out, int odt, int64_t out_stride);
+
+#ifdef __cplusplus
+}
+#endif
+
+#ifndef __CUDACC__
+/* ---- C glue (cuda_quant.c), over the backend's types ---- */
+#include "backend/cuda/cuda_internal.h"
+
+/* matmul for a quantized w (called by tern_cuda_matmul after its operand
+ * checks): the register-dequantizing GEMV for T <= TERN_CUDA_GEMV_MAX_T in
+ * default mode; otherwise w is dequantized to a BF16 scratch (stream-ordered
+ * allocation from the device's memory pool) that feeds cuBLASLt. */
+enum tern_status tern_cuda_matmul_quant(struct tern_cuda *c, const struct tern_dtensor *x,
+                                        const struct tern_linear *w, void *y, int ydt,
+                                        int64_t y_stride);
+/* get_rows on a quantized table: rows gathered and dequantized. */
+enum tern_status tern_cuda_get_rows_quant(struct tern_backend *be, const struct tern_linear *table,
+                                          const struct tern_dtensor *idx,
+                                          struct tern_dtensor *out);
+/* cuBLASLt y = x w^T for BF16 x [T, in] (row stride xs) and w [out, in]
+ * (cuda_matmul.c); bias (dtype bdt, or NULL) added. */
+enum tern_status tern_cuda_lt_bf16(struct tern_cuda *c, const void *x, int64_t xs, const void *w,
+                                   const void *bias, int bdt, void *y, int ydt, int64_t ys,
+                                   int64_t T, int64_t in, int64_t out);
+#endif
+
+#endif /* TERN_CUDA_QUANT_H */

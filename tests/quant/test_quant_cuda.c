@@ -1,0 +1,231 @@
+/*
+ * test_quant_cuda.c — the CUDA quantized ops against the CPU reference on
+ * random data, for every bits (2, 3, 4, 5, 6, 8) x group size (32, 64, 128)
+ * with BF16 scales (and F16 / F32 scales for 4-bit): matmul at T = 1, 3, 8
+ * (the register-dequantizing GEMV; 3/5/6 bits take its exact generic path)
+ * and T = 40 (BF16 dequantized weight + cuBLASLt), in default and
+ * deterministic mode, with and without an additive bias, plus get_rows on
+ * the quantized table. Inputs are BF16-exact on both sides. Skipped without
+ * a CUDA device.
+ *
+ * Tolerances (max |diff| / max |ref|): the GEMV accumulates in float32 like
+ * the CPU, in another order: 1e-4. The cuBLASLt path multiplies BF16-rounded
+ * weights (half an ulp, 2^-9 relative): 1e-2. get_rows: 1e-6.
+ */
+#include "testutil.h"
+
+#include "backend/backend.h"
+#include "tensor/quant.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct tern_backend *cpu, *gpu, *gpu_det;
+static uint64_t rng = 88172645463325252ull;
+
+static float frand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) & 0xffffff) / (float)(1 << 23) - 1.0f;
+}
+
+static void ok(enum tern_status st)
+{
+    if (st != TERN_OK) fail_msg("%s: %s", tern_status_str(st), tern_last_error());
+}
+
+static struct tern_dtensor up(struct tern_backend *be, enum tern_dtype dt, int nd,
+                              const int64_t *shape, const void *data)
+{
+    struct tern_dtensor t;
+    ok(tern_dtensor_alloc(be, dt, nd, shape, &t));
+    if (data) ok(be->ops->upload(be, &t, data, tern_dtensor_bytes(&t)));
+    return t;
+}
+
+static float *down(struct tern_backend *be, const struct tern_dtensor *t)
+{
+    size_t n = tern_dtensor_numel(t), es = tern_dtype_size(t->dtype);
+    void *b = tern_malloc(n * es);
+    float *f = tern_malloc(n * sizeof *f);
+    ok(be->ops->download(be, b, t, n * es));
+    tern_to_f32(t->dtype, b, f, n);
+    tern_free(b);
+    return f;
+}
+
+/* A random quantized linear [out, in] built on the host, the same bytes on both backends. */
+struct qhost {
+    uint32_t *q;
+    void *s, *b;
+    uint16_t *bias;
+    enum tern_dtype sdt;
+};
+
+static struct qhost qhost_make(int64_t out, int64_t in, int bits, int g, enum tern_dtype sdt)
+{
+    struct qhost h = {.sdt = sdt};
+    int64_t ng = in / g, words = in * bits / 32;
+    h.q = tern_malloc((size_t)(out * words) * 4);
+    h.s = tern_malloc((size_t)(out * ng) * 4);
+    h.b = tern_malloc((size_t)(out * ng) * 4);
+    h.bias = tern_malloc((size_t)out * 2);
+    float *row = tern_malloc((size_t)in * 4), sc[64], bi[64];
+    for (int64_t o = 0; o < out; o++) {
+        for (int64_t i = 0; i < in; i++) row[i] = frand() * 0.1f;
+        tern_quant_affine_row(row, in, bits, g, h.q + o * words, sc, bi);
+        for (int64_t j = 0; j < ng; j++) {
+            tern_quant_store_half(sdt, h.s, o * ng + j, sc[j]);
+            tern_quant_store_half(sdt, h.b, o * ng + j, bi[j]);
+        }
+        h.bias[o] = tern_f32_to_bf16(frand());
+    }
+    tern_free(row);
+    return h;
+}
+
+static struct tern_linear lin_on(struct tern_backend *be, const struct qhost *h, int64_t out,
+                                 int64_t in, int bits, int g, bool with_bias)
+{
+    struct tern_linear l = {.bits = bits, .group_size = g, .in_features = in, .out_features = out};
+    int64_t ws[2] = {out, in * bits / 32}, ss[2] = {out, in / g}, bs[1] = {out};
+    l.weight = up(be, TERN_DTYPE_U32, 2, ws, h->q);
+    l.scales = up(be, h->sdt, 2, ss, h->s);
+    l.biases = up(be, h->sdt, 2, ss, h->b);
+    if (with_bias) l.bias = up(be, TERN_DTYPE_BF16, 1, bs, h->bias);
+    return l;
+}
+
+static void lin_free(struct tern_backend *be, struct tern_linear *l)
+{
+    tern_dtensor_free(be, &l->weight);
+    tern_dtensor_free(be, &l->scales);
+    tern_dtensor_free(be, &l->biases);
+    if (l->bias.buf) tern_dtensor_free(be, &l->bias);
+}
+
+static double run_matmul(struct tern_backend *g, struct tern_linear *lg, struct tern_linear *lc,
+                         int64_t T, int64_t in, int64_t out)
+{
+    int64_t xs[2] = {T, in}, ys[2] = {T, out};
+    float *xf = tern_malloc((size_t)(T * in) * 4);
+    uint16_t *xb = tern_malloc((size_t)(T * in) * 2);
+    for (int64_t i = 0; i < T * in; i++) {
+        xb[i] = tern_f32_to_bf16(frand());
+        xf[i] = tern_bf16_to_f32(xb[i]);
+    }
+    struct tern_dtensor xc = up(cpu, TERN_DTYPE_F32, 2, xs, xf), yc = up(cpu, TERN_DTYPE_F32, 2, ys, NULL);
+    struct tern_dtensor xg = up(g, TERN_DTYPE_BF16, 2, xs, xb), yg = up(g, TERN_DTYPE_F32, 2, ys, NULL);
+    ok(cpu->ops->matmul(cpu, &xc, lc, &yc, 0));
+    ok(g->ops->matmul(g, &xg, lg, &yg, 0));
+    float *rc = down(cpu, &yc), *rg = down(g, &yg);
+    double e = tu_max_rel_err(rg, rc, (size_t)(T * out));
+    tern_free(rc);
+    tern_free(rg);
+    tern_dtensor_free(cpu, &xc);
+    tern_dtensor_free(cpu, &yc);
+    tern_dtensor_free(g, &xg);
+    tern_dtensor_free(g, &yg);
+    tern_free(xf);
+    tern_free(xb);
+    return e;
+}
+
+static double run_get_rows(struct tern_linear *lg, struct tern_linear *lc, int64_t out, int64_t in)
+{
+    int32_t ids[5] = {0, (int32_t)out - 1, 7, 7, 3};
+    int64_t is[1] = {5}, os[2] = {5, in};
+    struct tern_dtensor ic = up(cpu, TERN_DTYPE_I32, 1, is, ids), ig = up(gpu, TERN_DTYPE_I32, 1, is, ids);
+    struct tern_dtensor oc = up(cpu, TERN_DTYPE_F32, 2, os, NULL), og = up(gpu, TERN_DTYPE_F32, 2, os, NULL);
+    ok(cpu->ops->get_rows(cpu, lc, &ic, &oc));
+    ok(gpu->ops->get_rows(gpu, lg, &ig, &og));
+    float *rc = down(cpu, &oc), *rg = down(gpu, &og);
+    double e = tu_max_rel_err(rg, rc, (size_t)(5 * in));
+    tern_free(rc);
+    tern_free(rg);
+    tern_dtensor_free(cpu, &ic);
+    tern_dtensor_free(gpu, &ig);
+    tern_dtensor_free(cpu, &oc);
+    tern_dtensor_free(gpu, &og);
+    return e;
+}
+
+static void check_combo(int bits, int g, enum tern_dtype sdt)
+{
+    const int64_t out = 320, in = 768;
+    struct qhost h = qhost_make(out, in, bits, g, sdt);
+    double worst_gemv = 0, worst_lt = 0;
+    for (int wb = 0; wb < 2; wb++) {
+        struct tern_linear lc = lin_on(cpu, &h, out, in, bits, g, wb);
+        struct tern_linear lg = lin_on(gpu, &h, out, in, bits, g, wb);
+        struct tern_linear ld = lin_on(gpu_det, &h, out, in, bits, g, wb);
+        const int64_t Ts[] = {1, 3, 8, 40};
+        for (int i = 0; i < 4; i++) {
+            double e = run_matmul(gpu, &lg, &lc, Ts[i], in, out);
+            double *w = Ts[i] > 8 ? &worst_lt : &worst_gemv;
+            if (e > *w) *w = e;
+            e = run_matmul(gpu_det, &ld, &lc, Ts[i], in, out);
+            if (e > worst_lt) worst_lt = e;
+        }
+        double eg = run_get_rows(&lg, &lc, out, in);
+        if (!(eg <= 1e-6)) fail_msg("b%d g%d: get_rows rel err %.2e", bits, g, eg);
+        lin_free(cpu, &lc);
+        lin_free(gpu, &lg);
+        lin_free(gpu_det, &ld);
+    }
+    printf("  b%d g%-3d %-4s gemv rel err %.2e  dequant+cuBLASLt %.2e\n", bits, g,
+           tern_dtype_name(sdt), worst_gemv, worst_lt);
+    if (!(worst_gemv <= 1e-4)) fail_msg("b%d g%d: gemv rel err %.2e", bits, g, worst_gemv);
+    if (!(worst_lt <= 1e-2)) fail_msg("b%d g%d: cuBLASLt path rel err %.2e", bits, g, worst_lt);
+    tern_free(h.q);
+    tern_free(h.s);
+    tern_free(h.b);
+    tern_free(h.bias);
+}
+
+static void test_all_combos(void **state)
+{
+    (void)state;
+    if (!gpu) skip();
+    static const int bits[] = {2, 3, 4, 5, 6, 8}, groups[] = {32, 64, 128};
+    for (int i = 0; i < 6; i++)
+        for (int j = 0; j < 3; j++) check_combo(bits[i], groups[j], TERN_DTYPE_BF16);
+    check_combo(4, 64, TERN_DTYPE_F16);
+    check_combo(4, 64, TERN_DTYPE_F32);
+    check_combo(8, 128, TERN_DTYPE_F16);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    struct tern_backend_params p = {.device = TERN_DEVICE_CPU};
+    ok(tern_backend_create(&p, &cpu));
+    if (!tern_backend_cuda_available()) {
+        printf("skipped: no CUDA device\n");
+        return 0;
+    }
+    p.device = TERN_DEVICE_CUDA;
+    ok(tern_backend_create(&p, &gpu));
+    p.deterministic = true;
+    ok(tern_backend_create(&p, &gpu_det));
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    tern_backend_destroy(gpu_det);
+    tern_backend_destroy(gpu);
+    tern_backend_destroy(cpu);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_all_combos)};
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
