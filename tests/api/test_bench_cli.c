@@ -47,8 +47,7 @@ static double num(const json_t *o, const char *key)
 }
 
 static const char *const positive_keys[] = {
-    "wall_s",      "output_tok_s", "prefill_tok_s", "ttft_p50_ms", "ttft_p90_ms",
-    "ttft_p99_ms", "itl_p50_ms",   "itl_p90_ms",    "itl_p99_ms",  "steps",
+    "wall_s", "output_tok_s", "prefill_tok_s", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "steps",
 };
 
 /* Checks one result of N requests, `len` prompt tokens each, gen 8. */
@@ -58,6 +57,9 @@ static void check_result(const json_t *r, int n, int len)
     assert_int_equal((int)num(r, "requests"), n);
     for (size_t k = 0; k < sizeof positive_keys / sizeof positive_keys[0]; k++)
         if (!(num(r, positive_keys[k]) > 0)) fail_msg("%s is not positive", positive_keys[k]);
+    /* Gaps are measured where the reader gets the events: a reader that wakes
+     * late reads several queued tokens at once, gaps of ~0 ms (a loaded host). */
+    assert_true(num(r, "itl_p50_ms") >= 0);
     assert_true(num(r, "ttft_p50_ms") <= num(r, "ttft_p90_ms"));
     assert_true(num(r, "ttft_p90_ms") <= num(r, "ttft_p99_ms"));
     assert_true(num(r, "itl_p50_ms") <= num(r, "itl_p90_ms"));
