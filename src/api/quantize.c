@@ -77,12 +77,15 @@ static void progress(struct qt_writer *w, size_t add)
 }
 
 /* One row of a source tensor as float32, rounded through the target dtype
- * (mlx-lm casts the weights before quantizing them). */
+ * (mlx-lm casts the weights before quantizing them). The mapped data may be
+ * misaligned (MLX writes unpadded headers), so it is copied into `raw`
+ * (n * 4 bytes) first. */
 static void load_row(const struct tern_tensor_view *v, enum tern_dtype target, int64_t row,
-                     int64_t n, float *dst)
+                     int64_t n, void *raw, float *dst)
 {
     size_t es = tern_dtype_size(v->dtype);
-    tern_to_f32(v->dtype, (const char *)v->data + (size_t)(row * n) * es, dst, (size_t)n);
+    memcpy(raw, (const char *)v->data + (size_t)(row * n) * es, (size_t)n * es);
+    tern_to_f32(v->dtype, raw, dst, (size_t)n);
     if (target == v->dtype || target == TERN_DTYPE_F32) return;
     for (int64_t i = 0; i < n; i++)
         dst[i] = target == TERN_DTYPE_BF16 ? tern_bf16_to_f32(tern_f32_to_bf16(dst[i]))
@@ -104,7 +107,7 @@ static enum tern_status quantize_tensor(struct qt_writer *w, const struct qt_out
 #ifdef _OPENMP
     n_thr = omp_get_max_threads();
 #endif
-    size_t stride = (size_t)(in + 2 * ng);
+    size_t stride = (size_t)(2 * in + 2 * ng); /* row, raw copy, scales, biases */
     float *work = tern_malloc((size_t)n_thr * stride * sizeof(float));
     if (!w->buf[0] || !w->buf[1] || !w->buf[2] || !work) {
         tern_free(work);
@@ -116,10 +119,10 @@ static enum tern_status quantize_tensor(struct qt_writer *w, const struct qt_out
 #ifdef _OPENMP
         tid = omp_get_thread_num();
 #endif
-        float *row = work + (size_t)tid * stride, *s = row + in, *b = s + ng;
+        float *row = work + (size_t)tid * stride, *raw = row + in, *s = raw + in, *b = s + ng;
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < rows; r++) {
-            load_row(&v, sdt, r, in, row);
+            load_row(&v, sdt, r, in, raw, row);
             tern_quant_affine_row(row, in, o->bits, o->group_size,
                                   (uint32_t *)w->buf[0] + r * words, s, b);
             for (int64_t g = 0; g < ng; g++) {
@@ -153,7 +156,9 @@ static enum tern_status write_copy(struct qt_writer *w, const struct qt_out *o, 
     enum tern_status st = tmp && out ? TERN_OK : TERN_E_NO_MEMORY;
     for (size_t i = 0; st == TERN_OK && i < n; i += chunk) {
         size_t k = n - i < chunk ? n - i : chunk;
-        tern_to_f32(v.dtype, (const char *)v.data + i * tern_dtype_size(v.dtype), tmp, k);
+        size_t es = tern_dtype_size(v.dtype);
+        memcpy(out, (const char *)v.data + i * es, k * es); /* aligned copy first */
+        tern_to_f32(v.dtype, out, tmp, k);
         for (size_t j = 0; j < k; j++) tern_quant_store_half(o->dtype, out, (int64_t)j, tmp[j]);
         st = write_all(f, out, k * tern_dtype_size(o->dtype), path);
     }
