@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* A view whose data is an aligned copy (MLX does not pad its headers, so
  * mapped tensors may be misaligned); free v->data with tern_free. */
@@ -255,10 +256,77 @@ static void test_cli(void **state)
     tern_free(src);
 }
 
+/* Loads llama-q4g64's weights with an edited config.json (jansson edit of
+ * the quantization block); returns the status and copies the message. */
+static enum tern_status open_with(const char *what, void (*edit)(json_t *q), char *msg, size_t len)
+{
+    char *src = tu_fixture("quant/llama-q4g64"), *tmp = tu_temp_dir(what);
+    char *cfg_src = tern_path_join(src, "config.json"), *cfg_dst = tern_path_join(tmp, "config.json");
+    char *st_src = tern_path_join(src, "model.safetensors"), *st_dst = tern_path_join(tmp, "model.safetensors");
+    assert_int_equal(symlink(st_src, st_dst), 0);
+    json_t *root = json_load_file(cfg_src, 0, NULL);
+    assert_non_null(root);
+    edit(json_object_get(root, "quantization"));
+    json_object_set(root, "quantization_config", json_object_get(root, "quantization"));
+    assert_int_equal(json_dump_file(root, cfg_dst, 0), 0);
+    json_decref(root);
+    struct tern_model *m = NULL;
+    struct tern_model_params mp = tern_model_default_params();
+    enum tern_status st = tern_model_open(tmp, &mp, &m);
+    snprintf(msg, len, "%s", st == TERN_OK ? "" : tern_last_error());
+    tern_model_close(m);
+    remove(st_dst);
+    remove(cfg_dst);
+    remove(tmp);
+    tern_free(src), tern_free(tmp), tern_free(cfg_src), tern_free(cfg_dst), tern_free(st_src),
+        tern_free(st_dst);
+    return st;
+}
+
+static void bits8(json_t *q) { json_object_set_new(q, "bits", json_integer(8)); }
+static void group32(json_t *q) { json_object_set_new(q, "group_size", json_integer(32)); }
+static void bits7(json_t *q) { json_object_set_new(q, "bits", json_integer(7)); }
+static void mxfp4(json_t *q) { json_object_set_new(q, "mode", json_string("mxfp4")); }
+static void embed_off(json_t *q) { json_object_set_new(q, "model.embed_tokens", json_false()); }
+static void dense_override(json_t *q)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "bits", json_integer(4));
+    json_object_set_new(o, "group_size", json_integer(64));
+    json_object_set_new(q, "model.layers.0.mlp.down_proj", o); /* 176 inputs: left dense by mlx-lm */
+}
+
+/* Validation: each broken config is refused with a message naming the tensor or key. */
+static void test_load_errors(void **state)
+{
+    (void)state;
+    struct {
+        const char *tag;
+        void (*edit)(json_t *);
+        enum tern_status st;
+        const char *needle;
+    } cases[] = {
+        {"bits8", bits8, TERN_E_FORMAT, "model.embed_tokens.weight' has shape [384, 8], config expects [384, 16]"},
+        {"group32", group32, TERN_E_FORMAT, "model.embed_tokens.scales' has shape [384, 1], config expects [384, 2]"},
+        {"bits7", bits7, TERN_E_UNSUPPORTED, "7 bits"},
+        {"mxfp4", mxfp4, TERN_E_UNSUPPORTED, "mode"},
+        {"embedoff", embed_off, TERN_E_FORMAT, "'model.embed_tokens' is quantized (has .scales)"},
+        {"dense", dense_override, TERN_E_FORMAT, "no 'model.layers.0.mlp.down_proj.scales'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char msg[512];
+        enum tern_status st = open_with(cases[i].tag, cases[i].edit, msg, sizeof msg);
+        printf("  %-9s -> %s\n", cases[i].tag, msg);
+        assert_int_equal(st, cases[i].st);
+        if (!strstr(msg, cases[i].needle)) fail_msg("%s: '%s' lacks '%s'", cases[i].tag, msg, cases[i].needle);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_mx_cases),
                                        cmocka_unit_test(test_tern_quantize),
-                                       cmocka_unit_test(test_bad_params), cmocka_unit_test(test_cli)};
+                                       cmocka_unit_test(test_bad_params), cmocka_unit_test(test_cli),
+                                       cmocka_unit_test(test_load_errors)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
