@@ -182,6 +182,7 @@ static enum tern_status parse_entry(const char *what, const char *name, const js
 
 static enum tern_status check_metadata(const char *what, const json_t *v)
 {
+    if (json_is_null(v)) return TERN_OK; /* mx.save_safetensors writes null when given none */
     if (!json_is_object(v))
         return tern_io_error(TERN_E_FORMAT, "%s: '__metadata__' must be an object, got %s", what,
                              tern_json_type_name(v));
