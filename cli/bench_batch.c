@@ -421,7 +421,7 @@ static void print_table_row(const struct level_result *r)
 static void print_json_result(const struct level_result *r)
 {
     printf("{\"concurrency\": %d, \"max_seqs\": %d, \"requests\": %d, \"prompt_tokens\": %lld, "
-           "\"cached_tokens\": %lld, \"generated_tokens\": %lld, \"wall_s\": %.4f, "
+           "\"cached_tokens\": %lld, \"generated_tokens\": %lld, \"wall_s\": %.6f, "
            "\"output_tok_s\": %.2f, \"prefill_tok_s\": %.2f, ",
            r->concurrency, r->max_seqs, r->concurrency, (long long)r->prompt_tokens,
            (long long)r->cached_tokens, (long long)r->generated_tokens, r->wall_s, r->output_tok_s,

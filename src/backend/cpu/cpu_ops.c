@@ -16,6 +16,9 @@
 
 #define DOT_LANES 16
 
+/* Below this many multiply-adds an op runs on one thread. */
+#define TERN_CPU_PAR_MIN 262144.0
+
 /* Fixed-order dot products: DOT_LANES independent accumulators (which the
  * compiler vectorises without reassociation), reduced pairwise. */
 static float reduce_lanes(float *acc)
@@ -236,8 +239,11 @@ enum tern_status tern_cpu_matmul(struct tern_backend *be, const struct tern_dten
             return st;
         }
     } else {
-        /* Each weight row is read once and stays in L1 while every token uses it. */
-#pragma omp parallel for num_threads(be->n_threads) schedule(static)
+        /* Each weight row is read once and stays in L1 while every token uses it.
+         * Small products stay on one thread: a parallel region costs more than
+         * they do, and far more when another process holds a core. */
+        double work = (double)T * (double)in * (double)out;
+#pragma omp parallel for num_threads(be->n_threads) schedule(static) if (work > TERN_CPU_PAR_MIN)
         for (int64_t o = 0; o < out; o++)
             for (int64_t t = 0; t < T; t++) yp[t * width + y_col + o] = dense_dot(w, xp + t * in, o);
     }
@@ -350,7 +356,8 @@ enum tern_status tern_cpu_attention(struct tern_backend *be, const struct tern_d
     for (int32_t s = 0; s < b->n_seqs; s++) {
         int32_t q0 = b->query_start[s], q1 = b->query_start[s + 1];
         const int32_t *bt = b->block_tables + (int64_t)s * b->max_blocks_per_seq;
-#pragma omp parallel for collapse(2) num_threads(be->n_threads) schedule(static)
+#pragma omp parallel for collapse(2) num_threads(be->n_threads) schedule(static) \
+    if ((double)(q1 - q0) * H * (double)b->seq_lens[s] * hd > TERN_CPU_PAR_MIN)
         for (int32_t t = q0; t < q1; t++)
             for (int h = 0; h < H; h++) {
                 float acc[1024];

@@ -37,7 +37,7 @@ enum tern_status tern_cpu_matmul_quant(struct tern_backend *be, const float *x, 
     int n_threads = be->n_threads;
     float *rows = malloc((size_t)n_threads * (size_t)in * sizeof(float));
     if (!rows) return tern_error(TERN_E_NO_MEMORY, "cpu quantized matmul: out of memory");
-#pragma omp parallel num_threads(n_threads)
+#pragma omp parallel num_threads(n_threads) if ((double)T * (double)in * (double)out > 262144.0)
     {
         int tid = 0;
 #ifdef _OPENMP
