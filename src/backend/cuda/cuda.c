@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_quant.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 _Static_assert((int)TERN_DTYPE_F32 == (int)TK_F32 && (int)TERN_DTYPE_F16 == (int)TK_F16 &&
@@ -515,6 +516,9 @@ enum tern_status tern_backend_cuda_create(const struct tern_backend_params *para
     c->base.n_threads = 1;
     c->base.deterministic = params->deterministic;
     c->device = params->device_index;
+    /* Quantized kernels: v1 (cuda_quant.cu) unless TERN_QUANT_KERNEL=v2. */
+    const char *qk = getenv("TERN_QUANT_KERNEL");
+    c->quant_kernel = qk && strcmp(qk, "v2") == 0 ? 2 : 1;
     enum tern_status st = cu_init(c, c->device);
     if (st != TERN_OK) {
         cu_destroy(&c->base);

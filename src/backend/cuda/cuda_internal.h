@@ -78,6 +78,7 @@ struct tern_cuda {
     cudaEvent_t ev0, ev1; /* for algorithm timing */
     struct tern_cuda_plan plans[TERN_CUDA_MAX_PLANS];
     int n_plans, next_plan;
+    int quant_kernel; /* 1 or 2: the quantized GEMV / dequantize version (TERN_QUANT_KERNEL) */
 };
 
 /* The device last made current on this thread by tern_cuda_of (-1: none). */

@@ -33,6 +33,18 @@ cudaError_t tk_qgemv(cudaStream_t st, const struct tk_qmat *m, const void *x, in
                      int64_t y_stride, int64_t n_tok, int64_t in, int64_t out, int rows_per_warp);
 int tk_qgemv_fast(const struct tk_qmat *m, const void *x, int xdt, int64_t x_stride, int64_t in);
 
+/* v2 (cuda_quant_v2.cu), the same product for 4/8 bits, BF16 scales and x,
+ * group 32/64/128, in % 256 == 0, 16-byte aligned x and q (tk_qgemv2_ok). */
+int tk_qgemv2_ok(const struct tk_qmat *m, const void *x, int xdt, int64_t x_stride, int64_t in,
+                 int64_t out);
+cudaError_t tk_qgemv2(cudaStream_t st, const struct tk_qmat *m, const void *x, int64_t x_stride,
+                      const void *bias, int bdt, void *y, int ydt, int64_t y_stride, int64_t n_tok,
+                      int64_t in, int64_t out);
+/* v2 dequantize of the whole of m ([rows, in]) to contiguous BF16 out. */
+int tk_qdequant2_ok(const struct tk_qmat *m, int64_t in, const void *out);
+cudaError_t tk_qdequant2(cudaStream_t st, const struct tk_qmat *m, int64_t rows, int64_t in,
+                         void *out);
+
 /* out[r, :] = dequantized row (idx ? idx[r] : r) of m (rows of it exist;
  * out-of-range indices give zeros), r < n_out, in dtype odt, row stride
  * out_stride elements. The prefill path dequantizes a whole weight to BF16
