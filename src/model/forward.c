@@ -6,6 +6,7 @@
  *   for each layer:
  *     h    = rmsnorm(residual)           (fused with the residual add after layer 0)
  *     qkv  = h [q_proj | k_proj | v_proj]            one [T, (H + 2 KV) hd] buffer
+ *                                                    (one matmul when fused at load)
  *     q, k = q_norm/k_norm (Qwen3), then RoPE at the batch positions
  *     cache[slot_mapping] = k, v
  *     attn = attention(q, paged cache)               causal, GQA, sliding window
@@ -265,17 +266,27 @@ static enum tern_status attention_block(struct tern_model_core *m, struct tern_f
     int64_t kvd = (int64_t)hp->num_key_value_heads * hp->head_dim;
     struct tern_dtensor h = rows_of(&f->h, T), qkv = rows_of(&f->qkv, T);
     struct tern_dtensor attn = rows_of(&f->attn, T), proj = rows_of(&f->proj, T);
-    TERN_TRY(ops->matmul(be, &h, &ly->q_proj, &qkv, 0));
-    TERN_TRY(ops->matmul(be, &h, &ly->k_proj, &qkv, qd));
-    TERN_TRY(ops->matmul(be, &h, &ly->v_proj, &qkv, qd + kvd));
+    bool fused = ly->qkv_proj.weight.buf != NULL;
+    if (fused) {
+        TERN_TRY(ops->matmul(be, &h, &ly->qkv_proj, &qkv, 0));
+    } else {
+        TERN_TRY(ops->matmul(be, &h, &ly->q_proj, &qkv, 0));
+        TERN_TRY(ops->matmul(be, &h, &ly->k_proj, &qkv, qd));
+        TERN_TRY(ops->matmul(be, &h, &ly->v_proj, &qkv, qd + kvd));
+    }
     if (m->arch->qk_norm) {
         TERN_TRY(ops->head_rmsnorm(be, &qkv, 0, hp->num_attention_heads, hp->head_dim, &ly->q_norm,
                                    hp->rms_norm_eps));
         TERN_TRY(ops->head_rmsnorm(be, &qkv, qd, hp->num_key_value_heads, hp->head_dim,
                                    &ly->k_norm, hp->rms_norm_eps));
     }
-    TERN_TRY(ops->rope(be, &qkv, 0, hp->num_attention_heads, &f->batch.positions, &m->rope));
-    TERN_TRY(ops->rope(be, &qkv, qd, hp->num_key_value_heads, &f->batch.positions, &m->rope));
+    if (fused) { /* the k heads follow the q heads: one rope over both */
+        TERN_TRY(ops->rope(be, &qkv, 0, hp->num_attention_heads + hp->num_key_value_heads,
+                           &f->batch.positions, &m->rope));
+    } else {
+        TERN_TRY(ops->rope(be, &qkv, 0, hp->num_attention_heads, &f->batch.positions, &m->rope));
+        TERN_TRY(ops->rope(be, &qkv, qd, hp->num_key_value_heads, &f->batch.positions, &m->rope));
+    }
     TERN_TRY(ops->kv_store(be, &qkv, qd, qd + kvd, &f->batch, kvl));
     TERN_TRY(ops->attention(be, &qkv, kvl, &f->batch, &m->attn, &attn));
     return ops->matmul(be, &attn, &ly->o_proj, &proj, 0);
@@ -288,8 +299,12 @@ static enum tern_status mlp_block(struct tern_model_core *m, struct tern_fwd *f,
     struct tern_backend *be = m->be;
     struct tern_dtensor h = rows_of(&f->h, T), gu = rows_of(&f->gate_up, T);
     struct tern_dtensor act = rows_of(&f->act, T), proj = rows_of(&f->proj, T);
-    TERN_TRY(ops->matmul(be, &h, &ly->gate_proj, &gu, 0));
-    TERN_TRY(ops->matmul(be, &h, &ly->up_proj, &gu, m->hp.intermediate_size));
+    if (ly->gate_up_proj.weight.buf) {
+        TERN_TRY(ops->matmul(be, &h, &ly->gate_up_proj, &gu, 0));
+    } else {
+        TERN_TRY(ops->matmul(be, &h, &ly->gate_proj, &gu, 0));
+        TERN_TRY(ops->matmul(be, &h, &ly->up_proj, &gu, m->hp.intermediate_size));
+    }
     TERN_TRY(ops->silu_mul(be, &gu, &act));
     return ops->matmul(be, &act, &ly->down_proj, &proj, 0);
 }

@@ -8,13 +8,30 @@
  * are recognised by their `.scales` tensor and checked against the
  * `quantization` block of config.json and its per-module overrides.
  * Backend buffers are made per tensor (the CPU backend uses the mmapped bytes
- * in place; CUDA copies them to the device).
+ * in place; CUDA copies them to the device), except on device backends,
+ * where q/k/v and gate/up of a layer are fused when they agree in format:
+ * their pieces are uploaded into row slices of one buffer per tensor kind
+ * (layer.qkv_proj, layer.gate_up_proj), so the forward issues one matmul for
+ * each, and q_proj etc. stay valid as views of the slices. TERN_FUSE=0 turns
+ * this off. The CPU keeps separate linears (its results stay bitwise those
+ * of the unfused model, and its buffers are the mapped file in place).
  */
 #include "model/model.h"
 #include "tensor/quant.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* Where bind() puts the next tensor when fusing: a buffer and a running
+ * offset into it. */
+struct slot {
+    struct tern_buf *buf;
+    size_t off;
+};
+
+/* The four tensor kinds of a linear, in the slots of a fused group. */
+enum { SLOT_W, SLOT_S, SLOT_B, SLOT_BIAS, SLOT_N };
 
 struct loader {
     struct tern_backend *be;
@@ -25,6 +42,9 @@ struct loader {
     bool progress;
     size_t n_done, n_total;
     uint64_t t0;
+    bool fuse_ok;      /* device backend and TERN_FUSE != 0: fuse q/k/v and gate/up */
+    struct slot *fuse; /* non-NULL while binding a fused group (SLOT_N slots) */
+    struct slot *slot; /* where bind() uploads the tensor it is binding, or NULL */
 };
 
 static enum tern_status track_buf(struct tern_weights *w, struct tern_buf *b)
@@ -73,6 +93,15 @@ static enum tern_status bind(struct loader *L, const char *name, int n_dims, con
     out->dtype = v.dtype;
     out->n_dims = n_dims;
     memcpy(out->shape, shape, sizeof(int64_t) * (size_t)n_dims);
+    if (L->slot) { /* a piece of a fused linear: rows appended to the group's buffer */
+        out->buf = L->slot->buf;
+        out->offset = L->slot->off;
+        TERN_TRY(L->be->ops->upload(L->be, out, v.data, v.n_bytes));
+        L->slot->off += v.n_bytes;
+        L->w->n_bytes += (int64_t)v.n_bytes;
+        show_progress(L);
+        return TERN_OK;
+    }
     if ((uintptr_t)v.data % tern_dtype_size(v.dtype) == 0) {
         TERN_TRY(L->be->ops->buf_from_host(L->be, v.data, v.n_bytes, &out->buf));
     } else { /* safetensors does not promise alignment: copy a misaligned tensor */
@@ -141,6 +170,7 @@ static enum tern_status bind_linear(struct loader *L, const char *module, int64_
                           tern_snapshot_dir(L->snap), module, module, module);
     if (!quantized) {
         int64_t shape[2] = {out, in};
+        L->slot = L->fuse ? &L->fuse[SLOT_W] : NULL;
         TERN_TRY(bind(L, name, 2, shape, FLOATS, &lin->weight));
         L->w->n_params += out * in;
     } else {
@@ -156,10 +186,13 @@ static enum tern_status bind_linear(struct loader *L, const char *module, int64_
                               "%s: '%s' input size %lld is not a multiple of its group_size %d",
                               tern_snapshot_dir(L->snap), module, (long long)in, q.group_size);
         int64_t wshape[2] = {out, in * q.bits / 32}, sshape[2] = {out, in / q.group_size};
+        L->slot = L->fuse ? &L->fuse[SLOT_W] : NULL;
         TERN_TRY(bind(L, name, 2, wshape, 1u << TERN_DTYPE_U32, &lin->weight));
         snprintf(name, sizeof name, "%s.scales", module);
+        L->slot = L->fuse ? &L->fuse[SLOT_S] : NULL;
         TERN_TRY(bind(L, name, 2, sshape, SCALE_DTYPES, &lin->scales));
         snprintf(name, sizeof name, "%s.biases", module);
+        L->slot = L->fuse ? &L->fuse[SLOT_B] : NULL;
         TERN_TRY(bind(L, name, 2, sshape, SCALE_DTYPES, &lin->biases));
         if (lin->scales.dtype != lin->biases.dtype)
             return tern_error(TERN_E_FORMAT, "%s: '%s.scales' is %s but '%s.biases' is %s",
@@ -173,8 +206,112 @@ static enum tern_status bind_linear(struct loader *L, const char *module, int64_
     }
     if (has_bias) {
         snprintf(name, sizeof name, "%s.bias", module);
+        L->slot = L->fuse ? &L->fuse[SLOT_BIAS] : NULL;
         TERN_TRY(bind_vec(L, name, out, &lin->bias));
     }
+    L->slot = NULL;
+    return TERN_OK;
+}
+/* The byte sizes of the pieces of a fused group per tensor kind, or false
+ * when the pieces do not share one format (dense: one dtype; quantized: the
+ * same bits, group size and scale dtype; biases all of one dtype) or cannot
+ * be read: then they are bound one by one, which also reports any error. */
+static bool group_sizes(struct loader *L, const char *const *mods, int n, bool has_bias,
+                        size_t bytes[SLOT_N])
+{
+    char name[256];
+    struct tern_tensor_view v;
+    int key0[5] = {0}; /* quantized, bits, group, weight dtype, scale dtype */
+    int bias_dt = -1;
+    memset(bytes, 0, sizeof(size_t) * SLOT_N);
+    for (int i = 0; i < n; i++) {
+        struct tern_quant_cfg q = {0, 0};
+        int key[5] = {0};
+        snprintf(name, sizeof name, "%s.scales", mods[i]);
+        key[0] = tern_snapshot_has(L->snap, name);
+        if (key[0]) {
+            if (tern_snapshot_get(L->snap, name, &v) != TERN_OK ||
+                quant_for(L, mods[i], &q) != TERN_OK || !q.bits)
+                return false;
+            bytes[SLOT_S] += v.n_bytes;
+            key[4] = (int)v.dtype;
+            snprintf(name, sizeof name, "%s.biases", mods[i]);
+            if (tern_snapshot_get(L->snap, name, &v) != TERN_OK || (int)v.dtype != key[4])
+                return false;
+            bytes[SLOT_B] += v.n_bytes;
+        }
+        key[1] = q.bits;
+        key[2] = q.group_size;
+        snprintf(name, sizeof name, "%s.weight", mods[i]);
+        if (tern_snapshot_get(L->snap, name, &v) != TERN_OK) return false;
+        bytes[SLOT_W] += v.n_bytes;
+        key[3] = (int)v.dtype;
+        if (has_bias) {
+            snprintf(name, sizeof name, "%s.bias", mods[i]);
+            if (tern_snapshot_get(L->snap, name, &v) != TERN_OK) return false;
+            if (i > 0 && (int)v.dtype != bias_dt) return false;
+            bias_dt = (int)v.dtype;
+            bytes[SLOT_BIAS] += v.n_bytes;
+        }
+        if (i == 0) memcpy(key0, key, sizeof key);
+        else if (memcmp(key0, key, sizeof key)) return false;
+    }
+    return true;
+}
+
+/* A fused tensor: the parts' first tensor, covering `rows` rows from offset 0. */
+static void fused_tensor(struct tern_dtensor *t, struct tern_buf *buf, int64_t rows)
+{
+    t->buf = buf;
+    t->offset = 0;
+    t->shape[0] = rows;
+}
+
+/* Binds linears mods[0..n) ([outs[i], in] each). Where the loader fuses and
+ * the pieces agree (group_sizes), their tensors go into row slices of one
+ * buffer per kind, `fused` describes the whole [sum outs, in] linear and each
+ * part stays a view of its slice; otherwise `fused` is left empty
+ * (weight.buf == NULL) and the parts are separate. */
+static enum tern_status bind_group(struct loader *L, const char *const *mods, const int64_t *outs,
+                                   int n, int64_t in, bool has_bias,
+                                   struct tern_linear *const *parts, struct tern_linear *fused)
+{
+    size_t bytes[SLOT_N];
+    memset(fused, 0, sizeof *fused);
+    if (!L->fuse_ok || !group_sizes(L, mods, n, has_bias, bytes)) {
+        for (int i = 0; i < n; i++)
+            TERN_TRY(bind_linear(L, mods[i], outs[i], in, has_bias, parts[i]));
+        return TERN_OK;
+    }
+    struct slot slots[SLOT_N];
+    memset(slots, 0, sizeof slots);
+    for (int k = 0; k < SLOT_N; k++) {
+        if (!bytes[k]) continue;
+        TERN_TRY(L->be->ops->buf_alloc(L->be, bytes[k], &slots[k].buf));
+        enum tern_status st = track_buf(L->w, slots[k].buf);
+        if (st != TERN_OK) {
+            L->be->ops->buf_free(L->be, slots[k].buf);
+            return st;
+        }
+    }
+    L->fuse = slots;
+    enum tern_status st = TERN_OK;
+    int64_t rows = 0;
+    for (int i = 0; i < n && st == TERN_OK; i++) {
+        st = bind_linear(L, mods[i], outs[i], in, has_bias, parts[i]);
+        rows += outs[i];
+    }
+    L->fuse = NULL;
+    L->slot = NULL;
+    if (st != TERN_OK) return st;
+    *fused = *parts[0];
+    fused->out_features = rows;
+    fused_tensor(&fused->weight, slots[SLOT_W].buf, rows);
+    if (fused->bits) {
+        fused_tensor(&fused->scales, slots[SLOT_S].buf, rows);
+        fused_tensor(&fused->biases, slots[SLOT_B].buf, rows);
+    }
+    if (has_bias) fused_tensor(&fused->bias, slots[SLOT_BIAS].buf, rows);
     return TERN_OK;
 }
 
@@ -188,16 +325,23 @@ static enum tern_status bind_layer(struct loader *L, const struct tern_arch *arc
 #define NAME(suffix) (snprintf(n, sizeof n, "%s.%s", p, suffix), n)
     TERN_TRY(bind_vec(L, NAME("input_layernorm.weight"), E, &ly->input_layernorm));
     TERN_TRY(bind_vec(L, NAME("post_attention_layernorm.weight"), E, &ly->post_attention_layernorm));
-    TERN_TRY(bind_linear(L, NAME("self_attn.q_proj"), qd, E, hp->attention_bias, &ly->q_proj));
-    TERN_TRY(bind_linear(L, NAME("self_attn.k_proj"), kvd, E, hp->attention_bias, &ly->k_proj));
-    TERN_TRY(bind_linear(L, NAME("self_attn.v_proj"), kvd, E, hp->attention_bias, &ly->v_proj));
+    char nq[192], nk[192], nv[192], ng[192], nu[192];
+    snprintf(nq, sizeof nq, "%s.self_attn.q_proj", p);
+    snprintf(nk, sizeof nk, "%s.self_attn.k_proj", p);
+    snprintf(nv, sizeof nv, "%s.self_attn.v_proj", p);
+    snprintf(ng, sizeof ng, "%s.mlp.gate_proj", p);
+    snprintf(nu, sizeof nu, "%s.mlp.up_proj", p);
+    const char *qkv[3] = {nq, nk, nv}, *gu[2] = {ng, nu};
+    const int64_t qkv_out[3] = {qd, kvd, kvd}, gu_out[2] = {F, F};
+    struct tern_linear *const qkv_parts[3] = {&ly->q_proj, &ly->k_proj, &ly->v_proj};
+    struct tern_linear *const gu_parts[2] = {&ly->gate_proj, &ly->up_proj};
+    TERN_TRY(bind_group(L, qkv, qkv_out, 3, E, hp->attention_bias, qkv_parts, &ly->qkv_proj));
     TERN_TRY(bind_linear(L, NAME("self_attn.o_proj"), E, qd, hp->o_bias, &ly->o_proj));
     if (arch->qk_norm) {
         TERN_TRY(bind_vec(L, NAME("self_attn.q_norm.weight"), hd, &ly->q_norm));
         TERN_TRY(bind_vec(L, NAME("self_attn.k_norm.weight"), hd, &ly->k_norm));
     }
-    TERN_TRY(bind_linear(L, NAME("mlp.gate_proj"), F, E, hp->mlp_bias, &ly->gate_proj));
-    TERN_TRY(bind_linear(L, NAME("mlp.up_proj"), F, E, hp->mlp_bias, &ly->up_proj));
+    TERN_TRY(bind_group(L, gu, gu_out, 2, E, hp->mlp_bias, gu_parts, &ly->gate_up_proj));
     TERN_TRY(bind_linear(L, NAME("mlp.down_proj"), E, F, hp->mlp_bias, &ly->down_proj));
 #undef NAME
     return TERN_OK;
@@ -222,8 +366,10 @@ enum tern_status tern_weights_load(struct tern_backend *be, struct tern_snapshot
                                    struct tern_weights *w)
 {
     memset(w, 0, sizeof *w);
-    struct loader L = {be, snap, cfg, w, NULL, progress, 0, tern_snapshot_n_tensors(snap),
-                       tern_now_ns()};
+    const char *fuse = getenv("TERN_FUSE");
+    bool fuse_ok = be->device != TERN_DEVICE_CPU && !(fuse && strcmp(fuse, "0") == 0);
+    struct loader L = {be,   snap, cfg, w, NULL, progress, 0, tern_snapshot_n_tensors(snap),
+                       tern_now_ns(), fuse_ok, NULL, NULL};
     L.quant = json_object_get(cfg->root, "quantization");
     if (!json_is_object(L.quant)) L.quant = json_object_get(cfg->root, "quantization_config");
     if (!json_is_object(L.quant)) L.quant = NULL;

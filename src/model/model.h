@@ -91,6 +91,11 @@ struct tern_layer {
     struct tern_linear gate_proj;                 /* [intermediate, hidden] */
     struct tern_linear up_proj;                   /* [intermediate, hidden] */
     struct tern_linear down_proj;                 /* [hidden, intermediate] */
+    /* Device backends: q|k|v and gate|up in one linear each when their
+     * formats agree (load.c); the parts above are then views of its rows.
+     * weight.buf == NULL: not fused. */
+    struct tern_linear qkv_proj;     /* [(n_heads + 2 n_kv_heads) * head_dim, hidden] */
+    struct tern_linear gate_up_proj; /* [2 * intermediate, hidden] */
 };
 
 struct tern_weights {
