@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Builds, on this (GPU-less) machine, what scripts/gpu-decode.sh runs on the
+# GPU machine: the CUDA op tests (dense and quantized), the CUDA golden and
+# graph tests, the quantized fixtures test and the `tern` CLI, plus every
+# shared library they need outside CUDA and glibc, and the Llama-3 tokenizer
+# for tools/make_model.py. Six static binaries exceed the 64 MiB carry, so
+# they travel as one xz tarball: .gpu-carry/decode/bins.tar.xz (git-ignored;
+# pass .gpu-carry/decode as `carry`).
+# Usage: scripts/gpu-decode-prebuild.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=build/gpu-decode
+C=.gpu-carry/decode
+cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DTERN_CUDA=ON -DTERN_WERROR=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
+cmake --build $B --target test_ops_cuda test_quant_cuda test_golden_cuda test_graph_cuda \
+  test_golden_quant tern_cli -j2
+BINS="$B/tests/ops/test_ops_cuda $B/tests/quant/test_quant_cuda $B/tests/golden/test_golden_cuda
+ $B/tests/golden/test_graph_cuda $B/tests/quant/test_golden_quant $B/tern"
+rm -rf $C && mkdir -p $C/stage
+cp $BINS $C/stage/
+strip $C/stage/* 2>/dev/null || true
+ldd $BINS | awk '/=> \// {print $3}' | sort -u |
+  grep -vE '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so|cuda|libcublas' |
+  while read -r lib; do cp -L "$lib" $C/stage/; done
+mkdir -p $C/stage/tok-llama3_1
+for f in tokenizer.json tokenizer_config.json; do
+  xz -dc ../shared/data/tokenizers/llama3_1/$f.xz > $C/stage/tok-llama3_1/$f
+done
+git rev-parse --short HEAD > $C/stage/commit
+tar -C $C/stage -cf - . | xz -T2 -6 > $C/bins.tar.xz
+rm -rf $C/stage
+du -sh $C
