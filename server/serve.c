@@ -31,6 +31,8 @@ static const char USAGE[] =
     "  --device cpu|cuda|auto where the model runs (default auto)\n"
     "  --always-usage         streamed responses always end with a usage chunk\n"
     "  --keepalive-ms N       SSE keep-alive comment interval (default 5000)\n"
+    "  --shutdown-grace-ms N  on SIGINT/SIGTERM, how long in-flight requests may run on\n"
+    "                         before they are cancelled (default 15000)\n"
     "  --test-script FILE     testing: force each request's output to the next entry of a\n"
     "                         JSON list of token-id lists or strings\n";
 
@@ -41,6 +43,7 @@ static bool parse_opts(int argc, char **argv, struct srv_opts *o, int *rc)
     o->port = 8080;
     o->max_body_bytes = 8u << 20;
     o->keepalive_ms = 5000;
+    o->shutdown_grace_ms = 15000;
     o->device = TERN_DEVICE_AUTO;
     o->api_key = getenv("TERN_API_KEY");
     *rc = 2;
@@ -87,6 +90,9 @@ static bool parse_opts(int argc, char **argv, struct srv_opts *o, int *rc)
         } else if (!strcmp(a, "--keepalive-ms")) {
             if (!cli_parse_int("serve", a, v, 10, 3600000, &x)) return false;
             o->keepalive_ms = (int)x;
+        } else if (!strcmp(a, "--shutdown-grace-ms")) {
+            if (!cli_parse_int("serve", a, v, 0, 3600000, &x)) return false;
+            o->shutdown_grace_ms = (int)x;
         } else {
             cli_usage("serve", "unknown option %s", a);
             return false;
@@ -276,6 +282,16 @@ int tern_cmd_serve(int argc, char **argv)
         }
     }
     fprintf(stderr, "tern serve: shutting down\n");
+    /* `loaded` is only refreshed once per wait above: a model that became
+     * ready within the last wait (and may already be serving requests) must
+     * take the graceful path, not the loading one, which would close their
+     * connections without a response. The loader stores the state last, so
+     * joining it now is immediate. */
+    if (!loaded && atomic_load(&s.state) != SRV_LOADING) {
+        pthread_join(loader, NULL);
+        loaded = true;
+        if (atomic_load(&s.state) == SRV_FAILED) rc = 1;
+    }
     if (!loaded) {
         /* A signal while loading: the loader may take long (or be stuck), so
          * leave it; the process ends with this return. */
@@ -287,7 +303,9 @@ int tern_cmd_serve(int argc, char **argv)
      * cancelled after the grace period). MHD_quiesce_daemon is not used: with
      * thread-per-connection it can drop a response that is being written. */
     atomic_store(&s.state, SRV_STOPPING);
-    if (!drain(&s, 5000)) {
+    if (!drain(&s, s.o.shutdown_grace_ms)) {
+        /* Cancelled requests still get a well-formed answer: a 503 error
+         * body, or an error event and [DONE] on a stream. */
         srv_cancel_all(&s);
         drain(&s, 5000);
     }

@@ -299,6 +299,7 @@ struct srv_opts {
     int max_seqs;       /* engine sequences; 0 = engine default */
     int max_context;    /* tokens per sequence; 0 = the model's */
     int keepalive_ms;   /* SSE ": keep-alive" comment interval */
+    int shutdown_grace_ms; /* in-flight requests may finish this long after SIGTERM */
     enum tern_device device;
     bool always_usage;
 };
