@@ -128,7 +128,7 @@ static enum tern_status cu_buf_from_host(struct tern_backend *be, const void *da
  * pinned slots: a memcpy into the slot, then an asynchronous copy on the op
  * stream, so the driver neither stages pageable memory nor blocks. A slot is
  * reused only after its previous copy has finished (its event). Larger
- * uploads copy from the caller's memory and wait. */
+ * uploads go through the weight stages (staged_copy) and wait. */
 static enum tern_status cu_upload(struct tern_backend *be, const struct tern_dtensor *dst,
                                   const void *src, size_t n_bytes)
 {
@@ -145,9 +145,11 @@ static enum tern_status cu_upload(struct tern_backend *be, const struct tern_dte
         TERN_CU(cudaEventRecord(c->up_ev[k], c->stream));
         return TERN_OK;
     }
-    TERN_CU(cudaMemcpyAsync(tern_cuda_ptr(dst), src, n_bytes, cudaMemcpyHostToDevice, c->stream));
+    /* Large ones (weights uploaded into fused buffers at load) take the pinned
+     * stages after the op stream's earlier work: a pageable copy of a 16 GB
+     * model's fused q/k/v and gate/up doubled its load time (1.1 -> 2.7 s). */
     TERN_CU(cudaStreamSynchronize(c->stream));
-    return TERN_OK;
+    return staged_copy(c, tern_cuda_ptr(dst), src, n_bytes);
 }
 
 static enum tern_status cu_download(struct tern_backend *be, void *dst,
@@ -516,9 +518,13 @@ enum tern_status tern_backend_cuda_create(const struct tern_backend_params *para
     c->base.n_threads = 1;
     c->base.deterministic = params->deterministic;
     c->device = params->device_index;
-    /* Quantized kernels: v1 (cuda_quant.cu) unless TERN_QUANT_KERNEL=v2. */
+    /* Quantized kernels: by default the v1 GEMV (faster at decode) and the v2
+     * dequantize (2.7x faster prefill), docs/perf/quant.md, 2026-11-29;
+     * TERN_QUANT_KERNEL=v1 or v2 forces both to one version. */
     const char *qk = getenv("TERN_QUANT_KERNEL");
-    c->quant_kernel = qk && strcmp(qk, "v2") == 0 ? 2 : 1;
+    bool q1 = qk && strcmp(qk, "v1") == 0, q2 = qk && strcmp(qk, "v2") == 0;
+    c->qgemv_version = q2 ? 2 : 1;
+    c->qdequant_version = q1 ? 1 : 2;
     enum tern_status st = cu_init(c, c->device);
     if (st != TERN_OK) {
         cu_destroy(&c->base);

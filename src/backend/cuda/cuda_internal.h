@@ -78,7 +78,9 @@ struct tern_cuda {
     cudaEvent_t ev0, ev1; /* for algorithm timing */
     struct tern_cuda_plan plans[TERN_CUDA_MAX_PLANS];
     int n_plans, next_plan;
-    int quant_kernel; /* 1 or 2: the quantized GEMV / dequantize version (TERN_QUANT_KERNEL) */
+    /* Quantized kernel versions (1 or 2; TERN_QUANT_KERNEL, see cuda_quant.c):
+     * the decode GEMV and the dequantize that feeds cuBLASLt. */
+    int qgemv_version, qdequant_version;
 };
 
 /* The device last made current on this thread by tern_cuda_of (-1: none). */

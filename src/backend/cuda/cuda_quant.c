@@ -9,8 +9,9 @@
  * memory pool with cudaMallocAsync / cudaFreeAsync on the op stream
  * (stream-ordered, graph-capturable, reused by the pool without returning to
  * the driver once the release threshold is raised), so no per-layer scratch
- * has to be sized up front. The backend's quant_kernel (TERN_QUANT_KERNEL)
- * picks v1 (cuda_quant.cu) or, where it applies, v2 (cuda_quant_v2.cu).
+ * has to be sized up front. The backend's qgemv_version / qdequant_version
+ * (TERN_QUANT_KERNEL; default GEMV v1, dequantize v2) pick v1 (cuda_quant.cu)
+ * or, where it applies, v2 (cuda_quant_v2.cu) of each kernel.
  * Depends on cuda_internal.h, cuda_quant.h.
  */
 #include "backend/cuda/cuda_quant.h"
@@ -66,7 +67,7 @@ enum tern_status tern_cuda_matmul_quant(struct tern_cuda *c, const struct tern_d
         /* 4 rows per warp share each x load at batch 1-2; more tokens need
          * the registers for their sums (dev/kernels/bench_quant.c measures both). */
         const void *xp = tern_cuda_ptr(x);
-        if (c->quant_kernel == 2 && tk_qgemv2_ok(&m, xp, (int)x->dtype, in, in, out)) {
+        if (c->qgemv_version == 2 && tk_qgemv2_ok(&m, xp, (int)x->dtype, in, in, out)) {
             cudaError_t e = tk_qgemv2(c->stream, &m, xp, in, bias, bdt, y, ydt, ys, T, in, out);
             if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv2", (int)e, __FILE__, __LINE__);
             return TERN_OK;
@@ -79,7 +80,7 @@ enum tern_status tern_cuda_matmul_quant(struct tern_cuda *c, const struct tern_d
     TERN_TRY(pool_ready(c));
     void *scratch = NULL;
     TERN_CU(cudaMallocAsync(&scratch, (size_t)(out * in) * 2, c->stream));
-    cudaError_t e = c->quant_kernel == 2 && tk_qdequant2_ok(&m, in, scratch)
+    cudaError_t e = c->qdequant_version == 2 && tk_qdequant2_ok(&m, in, scratch)
                         ? tk_qdequant2(c->stream, &m, out, in, scratch)
                         : tk_qdequant(c->stream, &m, out, in, NULL, out, scratch, TK_BF16, in);
     enum tern_status st = e == cudaSuccess
