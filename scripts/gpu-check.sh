@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine with the binaries of scripts/gpu-decode-prebuild.sh
+# (.gpu-carry/decode/bins.tar.xz): the CUDA correctness tests with the
+# library's defaults, then a Llama-3.1-8B-shaped model (bf16 and 4-bit g64)
+# through `tern bench`: batch-1 (prompt 512, 64 new tokens) and batched
+# (64 concurrent, prompt 128, 128 new tokens). Models are deleted; logs go to
+# $OUT; a short table prints last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu-check-out}
+MODEL=/tmp/tern-llama8b Q=/tmp/tern-llama8b-q4 C=/tmp/tern-carry
+mkdir -p "$OUT" $C
+python3 -c "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" \
+  .gpu-carry/decode/bins.tar.xz $C
+cr() { LD_LIBRARY_PATH=$C:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} "$@"; }
+echo "== binaries of commit $(cat $C/commit)"
+export TERN_TEST_FIXTURES=$PWD/tests/fixtures
+for t in test_ops_cuda test_quant_cuda test_golden_cuda test_graph_cuda; do
+  cr timeout 90 $C/$t >"$OUT/$t.log" 2>&1; echo "$t rc=$?"
+  grep -E "PASSED|FAILED" "$OUT/$t.log" | tail -2
+done
+TERN_QUANT_DEVICE=cuda cr timeout 60 $C/test_golden_quant >"$OUT/test_golden_quant.log" 2>&1
+echo "test_golden_quant (cuda) rc=$?"
+timeout 100 python3 tools/make_model.py --preset llama-3.1-8b --out "$MODEL" \
+  --tokenizer-dir $C/tok-llama3_1 >"$OUT/make_model.log" 2>&1; echo "make_model rc=$?"
+cr timeout 70 $C/tern quantize --model "$MODEL" --out "$Q" --bits 4 --group-size 64 \
+  >"$OUT/quantize.log" 2>&1; echo "quantize rc=$?"
+for m in bf16:$MODEL q4:$Q; do
+  n=${m%%:*} d=${m#*:}
+  cr timeout 60 $C/tern bench --model "$d" --device cuda --prompt-len 512 --gen 64 --reps 3 \
+    --json >"$OUT/single_$n.json" 2>"$OUT/single_$n.err"; echo "single $n rc=$?"
+  cr timeout 90 $C/tern bench --model "$d" --device cuda --concurrency 64 --prompt-len 128 \
+    --gen 128 --json >"$OUT/batched_$n.json" 2>"$OUT/batched_$n.err"; echo "batched $n rc=$?"
+done
+rm -rf "$MODEL" "$Q"
+python3 - "$OUT" <<'PY'
+import json, sys, os
+out = sys.argv[1]
+def js(n):
+    try: return json.load(open(os.path.join(out, n)))
+    except Exception as e: return {}
+print("%-8s %10s %10s %10s %12s %8s" % ("model", "load s", "decode/s", "prefill/s", "64-seq out/s", "TTFT p50"))
+for n in ("bf16", "q4"):
+    s, b = js(f"single_{n}.json"), js(f"batched_{n}.json")
+    r = (b.get("results") or [{}])[0]
+    print("%-8s %10.2f %10.1f %10.0f %12.0f %8.1f" % (n, s.get("load_s", 0), s.get("decode_tok_s", 0),
+          s.get("prefill_tok_s", 0), r.get("output_tok_s", 0), r.get("ttft_p50_ms", 0)))
+PY
