@@ -349,8 +349,11 @@ static bool parse_tools(json_t *root, struct srv_req *r, struct srv_err *err)
                     "{\"type\": \"function\", \"function\": {\"name\": ...}}");
         return false;
     }
-    if (r->tool_choice >= SRV_TC_REQUIRED && !r->tools) {
-        srv_err_set(err, 400, "tool_choice", "'tool_choice' asks for a tool call but no 'tools' were given");
+    if (r->tool_choice != SRV_TC_NONE && !r->tools) { /* as vLLM: absent or empty tools */
+        srv_err_set(err, 400, "tool_choice", "'tool_choice' is \"%s\" but no 'tools' were given",
+                    r->tool_choice == SRV_TC_AUTO       ? "auto"
+                    : r->tool_choice == SRV_TC_REQUIRED ? "required"
+                                                        : "function");
         return false;
     }
     if (r->tool_choice == SRV_TC_NAMED) {

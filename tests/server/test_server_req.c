@@ -150,7 +150,15 @@ static void test_chat_errors(void **state)
     bad(SRV_CHAT, WITH("\"tools\":{}"), "tools", "must be an array");
     bad(SRV_CHAT, WITH("\"tools\":[{\"type\":\"retrieval\"}]"), "tools", "'tools[0]'");
     bad(SRV_CHAT, WITH("\"tool_choice\":\"required\""), "tool_choice", "no 'tools'");
+    bad(SRV_CHAT, WITH("\"tool_choice\":\"auto\""), "tool_choice", "\"auto\" but no 'tools'");
+    bad(SRV_CHAT, WITH("\"tools\":[],\"tool_choice\":\"required\""), "tool_choice", "\"required\" but no 'tools'");
+    bad(SRV_CHAT, WITH("\"tools\":[],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}"),
+        "tool_choice", "\"function\" but no 'tools'");
     bad(SRV_CHAT, WITH("\"tool_choice\":\"sometimes\""), "tool_choice", "must be");
+    struct srv_req ok_none;
+    struct srv_err ok_err;
+    assert_true(parse(SRV_CHAT, WITH("\"tools\":[],\"tool_choice\":\"none\""), &ok_none, &ok_err));
+    srv_req_free(&ok_none);
     bad(SRV_CHAT, WITH("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}"), "tool_choice", "'g'");
     bad(SRV_CHAT, WITH("\"chat_template_kwargs\":[1]"), "chat_template_kwargs", "object");
     bad(SRV_CHAT, WITH("\"model\":5"), "model", "string");
