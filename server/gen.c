@@ -101,12 +101,38 @@ static bool build_chat(const struct srv_model_ctx *mc, const struct srv_req *r, 
     return true;
 }
 
+/* Appends the tool_choice prefill (if any) to the rendered text *text, which
+ * then becomes a malloc'd buffer (*owned). */
+static bool add_prefill(const struct srv_model_ctx *mc, const struct srv_req *r, bool think_open,
+                        char **text, size_t *len, bool *owned, char **prefill)
+{
+    if (!r->tools || (r->tool_choice != SRV_TC_REQUIRED && r->tool_choice != SRV_TC_NAMED))
+        return true;
+    char *pf = srv_tool_prefill(mc->tool_fmt, r->tool_choice, r->tool_name, think_open);
+    struct srv_buf b = {0};
+    bool ok = pf && srv_buf_add(&b, *text, *len) && srv_buf_adds(&b, pf);
+    tern_free_buf(*text);
+    *text = NULL;
+    if (!ok) {
+        free(pf);
+        srv_buf_free(&b);
+        return false;
+    }
+    *text = b.p;
+    *len = b.len;
+    *owned = true;
+    if (prefill) *prefill = pf;
+    else free(pf);
+    return true;
+}
+
 bool srv_prompt_build(const struct srv_model_ctx *mc, const struct srv_req *r, int32_t **ids,
-                      int32_t *n_ids, bool *think_open, struct srv_err *err)
+                      int32_t *n_ids, bool *think_open, char **prefill, struct srv_err *err)
 {
     *ids = NULL;
     *n_ids = 0;
     *think_open = false;
+    if (prefill) *prefill = NULL;
     if (r->kind == SRV_COMPLETION && r->prompt_ids) {
         *ids = malloc((size_t)r->n_prompt_ids * sizeof **ids);
         if (!*ids) goto oom;
@@ -120,28 +146,31 @@ bool srv_prompt_build(const struct srv_model_ctx *mc, const struct srv_req *r, i
     }
     char *text = NULL;
     size_t len = 0;
+    bool owned = false; /* text is malloc'd (prefilled), not the template's buffer */
     bool add_special = r->kind == SRV_COMPLETION;
     if (r->kind == SRV_CHAT) {
         if (!build_chat(mc, r, &text, &len, err)) return false;
         size_t e = len;
         while (e > 0 && (text[e - 1] == '\n' || text[e - 1] == ' ')) e--;
         *think_open = mc->reasoning && e >= 7 && !memcmp(text + e - 7, "<think>", 7);
+        if (!add_prefill(mc, r, *think_open, &text, &len, &owned, prefill)) goto oom;
     }
     int32_t *tids = NULL;
     size_t n = 0;
     enum tern_status st = r->kind == SRV_CHAT
                               ? tern_tokenize(mc->tok, text, len, false, &tids, &n)
                               : tern_tokenize(mc->tok, r->prompt, strlen(r->prompt), add_special, &tids, &n);
-    tern_free_buf(text);
+    if (owned) free(text);
+    else tern_free_buf(text);
     if (st != TERN_OK) {
         srv_err_set(err, 400, r->kind == SRV_CHAT ? "messages" : "prompt", "tokenization failed: %s",
                     tern_last_error());
-        return false;
+        goto fail;
     }
     if (n == 0 || n > INT32_MAX) {
         tern_free_buf(tids);
         srv_err_set(err, 400, r->kind == SRV_CHAT ? "messages" : "prompt", "the prompt is empty");
-        return false;
+        goto fail;
     }
     *ids = malloc(n * sizeof **ids);
     if (!*ids) {
@@ -154,10 +183,17 @@ bool srv_prompt_build(const struct srv_model_ctx *mc, const struct srv_req *r, i
     return true;
 oom:
     srv_err_set(err, 500, NULL, "out of memory");
+fail:
+    if (prefill) {
+        free(*prefill);
+        *prefill = NULL;
+    }
     return false;
 }
 
 /* ------------------------------------------------------------------ create */
+
+static bool feed(struct srv_gen *g, int i, const char *text, size_t len, bool end);
 
 static struct tern_sampling_params sampling_of(const struct srv_model_ctx *mc, const struct srv_req *r)
 {
@@ -236,6 +272,8 @@ struct srv_gen *srv_gen_create(const struct srv_model_ctx *mc, struct srv_req *r
         srv_tools_init(&c->tools, tools_on, g->req.tools, seed + (uint64_t)i * 7919);
         c->logprobs = g->req.logprobs ? json_array() : NULL;
     }
+    /* The prefill is the start of every completion's text (not of its tokens). */
+    for (int i = 0; p->prefill && i < g->n; i++) feed(g, i, p->prefill, strlen(p->prefill), false);
     struct tern_request tr = {0};
     tr.ids = p->ids;
     tr.n_ids = p->n_ids;
@@ -424,6 +462,16 @@ static bool feed(struct srv_gen *g, int i, const char *text, size_t len, bool en
     if (fin) srv_reason_flush(&c->reason, &rs, &cs);
     if (cs.len) srv_tools_push(&c->tools, cs.p, cs.len, &out, &c->calls, &c->n_calls);
     if (fin) srv_tools_flush(&c->tools, &out, &c->calls, &c->n_calls);
+    if (g->req.tool_choice == SRV_TC_NAMED && c->n_calls > 0 && !fin) {
+        /* A named function: the completion is that one call (as vLLM's
+         * guided decoding gives); what the model adds after it is dropped. */
+        fin = stopped = true;
+        out.len = 0;
+    }
+    if (g->req.tool_choice == SRV_TC_NAMED) {
+        while (c->n_calls > 1) srv_tool_call_free(&c->calls[--c->n_calls]);
+        if (c->n_calls > 0) out.len = 0;
+    }
     if (rs.len) srv_buf_add(&c->reasoning, rs.p, rs.len);
     if (out.len) srv_buf_add(&c->content, out.p, out.len);
     if (fin) {

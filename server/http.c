@@ -321,12 +321,13 @@ static enum MHD_Result do_generate(struct MHD_Connection *c, struct hreq *h)
     h->inflight = true; /* on_completed gives it back once the response is out */
     int32_t *ids = NULL, n_ids = 0;
     bool think_open = false;
-    if (!srv_prompt_build(&s->mc, &req, &ids, &n_ids, &think_open, &err)) {
+    char *prefill = NULL;
+    if (!srv_prompt_build(&s->mc, &req, &ids, &n_ids, &think_open, &prefill, &err)) {
         srv_req_free(&req);
         return respond_err(c, h, &err);
     }
     struct srv_gen_params gp = {.ids = ids, .n_ids = n_ids, .think_open = think_open,
-                                .always_usage = s->o.always_usage};
+                                .prefill = prefill, .always_usage = s->o.always_usage};
     if (s->n_script > 0) {
         unsigned k = atomic_fetch_add(&s->script_next, 1) % (unsigned)s->n_script;
         gp.forced = s->script[k];
@@ -334,6 +335,7 @@ static enum MHD_Result do_generate(struct MHD_Connection *c, struct hreq *h)
     }
     struct srv_gen *g = srv_gen_create(&s->mc, &req, &gp, &err);
     free(ids);
+    free(prefill);
     srv_req_free(&req); /* no-op unless create failed before taking it */
     if (!g) return respond_err(c, h, &err);
     return srv_gen_streaming(g) ? start_stream(c, h, g) : finish_blocking(c, h, g);
@@ -374,7 +376,7 @@ static enum MHD_Result do_tokenize(struct MHD_Connection *c, struct hreq *h)
     struct srv_parse_opts po = {.vocab_size = s->mc.vocab_size, .max_n = 16};
     if (json_object_get(root, "messages")) {
         ok = srv_req_parse(SRV_CHAT, h->body.p, h->body.len, &po, &req, &err) &&
-             srv_prompt_build(&s->mc, &req, &ids, &n, &think, &err);
+             srv_prompt_build(&s->mc, &req, &ids, &n, &think, NULL, &err);
     } else {
         json_t *p = json_object_get(root, "prompt");
         if (!json_is_string(p)) {
@@ -385,7 +387,7 @@ static enum MHD_Result do_tokenize(struct MHD_Connection *c, struct hreq *h)
         } else {
             req.kind = SRV_COMPLETION;
             req.prompt = strdup(json_string_value(p));
-            ok = req.prompt && srv_prompt_build(&s->mc, &req, &ids, &n, &think, &err);
+            ok = req.prompt && srv_prompt_build(&s->mc, &req, &ids, &n, &think, NULL, &err);
         }
     }
     json_decref(root);

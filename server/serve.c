@@ -193,9 +193,11 @@ static void *load_main(void *arg)
         s->mc.reasoning = tern_tokenizer_token_id(s->mc.tok, "<think>") >= 0 &&
                           tern_tokenizer_token_id(s->mc.tok, "</think>") >= 0;
     }
+    s->mc.tool_fmt = srv_tool_format_detect(s->mc.tmpl, s->mc.tok);
     if (s->o.test_script && !load_script(s, s->o.test_script)) goto fail;
     atomic_store(&s->state, SRV_READY);
-    fprintf(stderr, "tern serve: model ready (%s, context %d)\n", s->mc.model_name, s->mc.context_length);
+    fprintf(stderr, "tern serve: model ready (%s, context %d, tool calls: %s)\n", s->mc.model_name,
+            s->mc.context_length, srv_tool_format_name(s->mc.tool_fmt));
     return NULL;
 fail:
     atomic_store(&s->state, SRV_FAILED);

@@ -6,6 +6,7 @@
  * Files:
  *   text_pipe.c  stop-string matcher and <think> reasoning splitter (pure)
  *   toolcall.c   tool-call parser: Hermes/Qwen JSON, Qwen3.5 XML, Llama 3 JSON (pure)
+ *   toolchoice.c tool_choice required / named: the model's call format, the prefill
  *   req_parse.c  request JSON -> struct srv_req, validation (pure; fuzzed)
  *   metrics.c    server counters, histograms, Prometheus text (pure)
  *   gen.c        one generation: submit, read events, run the text pipeline,
@@ -136,6 +137,22 @@ void srv_tool_make_id(char id[32], uint64_t *rng);
 enum srv_kind { SRV_CHAT, SRV_COMPLETION };
 enum srv_tool_choice { SRV_TC_AUTO, SRV_TC_NONE, SRV_TC_REQUIRED, SRV_TC_NAMED };
 
+/* ------------------------------------------------------ tool_choice prefill */
+
+/* How a model writes tool calls (toolcall.c parses all three). */
+enum srv_tool_fmt { SRV_TF_HERMES, SRV_TF_XML, SRV_TF_LLAMA };
+
+/* Renders a probe tool call through the template (either may be NULL), then
+ * looks at the vocabulary; Hermes when nothing tells. */
+enum srv_tool_fmt srv_tool_format_detect(const struct tern_chat_template *tmpl,
+                                         const struct tern_tokenizer *tok);
+const char *srv_tool_format_name(enum srv_tool_fmt f);
+/* The opening of a tool call to append to the prompt for tool_choice
+ * "required" or a named function (malloc'd), or NULL for auto/none (or out of
+ * memory). `think_open`: the generation prompt ends inside <think>. */
+char *srv_tool_prefill(enum srv_tool_fmt f, enum srv_tool_choice choice, const char *name,
+                       bool think_open);
+
 /* Request fields after validation. Sampling fields carry has_ flags so that
  * only what the client set overrides the model's defaults. */
 struct srv_req {
@@ -251,14 +268,17 @@ struct srv_model_ctx {
     int32_t context_length, vocab_size;
     const char *model_name;
     bool reasoning; /* the vocabulary has <think>: split reasoning */
+    enum srv_tool_fmt tool_fmt; /* how tool_choice required / named are prefilled */
     struct srv_metrics *metrics;
     pthread_mutex_t *metrics_lock;
 };
 
 /* Renders (chat) or takes (completion) the prompt and tokenizes it. *ids is
- * malloc'd. *think_open: the generation prompt ends inside <think>. */
+ * malloc'd. *think_open: the generation prompt ends inside <think>. For
+ * tool_choice required / named the prompt ends with the opening of a call,
+ * also returned in *prefill (malloc'd, else NULL; pass NULL to not want it). */
 bool srv_prompt_build(const struct srv_model_ctx *mc, const struct srv_req *r, int32_t **ids,
-                      int32_t *n_ids, bool *think_open, struct srv_err *err);
+                      int32_t *n_ids, bool *think_open, char **prefill, struct srv_err *err);
 
 struct srv_gen;
 
@@ -266,6 +286,8 @@ struct srv_gen_params {
     const int32_t *ids; /* prompt (borrowed during create) */
     int32_t n_ids;
     bool think_open;
+    const char *prefill;   /* text the prompt ends with that the output pipeline
+                              takes as the start of every completion, or NULL */
     const int32_t *forced; /* --test-script entry, or NULL */
     int32_t n_forced;
     bool always_usage;

@@ -213,7 +213,7 @@ HERMES = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "d
 
 
 def check_tool_equality(s, **kw):
-    r, (content, reasoning, calls, finish, _) = both(s, tools=TOOLS, **kw)
+    r, (content, reasoning, calls, finish, _) = both(s, **{"tools": TOOLS, **kw})
     m = r.choices[0].message
     got = [{"name": t.function.name, "arguments": t.function.arguments} for t in (m.tool_calls or [])]
     assert [{"name": c["name"], "arguments": c["arguments"]} for c in calls] == got
@@ -276,6 +276,72 @@ def test_tool_choice_none_parses_nothing(make_server):
     r = client(s).chat.completions.create(model="m", messages=USER, tools=TOOLS, tool_choice="none",
                                           max_tokens=100)
     assert r.choices[0].message.tool_calls is None and "<tool_call>" in r.choices[0].message.content
+
+
+# tool_choice "required" / named: the prompt ends with the opening of a call
+# (the fixture's template writes Hermes calls); the forced outputs below are
+# only the model's continuation of it.
+WEATHER = {"type": "function", "function": {"name": "get_weather"}}
+TOOLS2 = TOOLS + [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
+
+
+def prompt_text(s, **body):
+    toks = requests.post(s.url + "/tokenize", json={"messages": USER, **body}).json()["tokens"]
+    return requests.post(s.url + "/detokenize", json={"tokens": toks}).json()["prompt"]
+
+
+def test_tool_choice_prompt_prefill(make_server):
+    s = make_server(*LONGCTX, script=["x"])
+    assert "tool calls: hermes" in "".join(s.log)
+    auto = prompt_text(s, tools=TOOLS)
+    assert auto.endswith("<|im_start|>assistant\n")
+    assert prompt_text(s, tools=TOOLS, tool_choice="required") == auto + "<tool_call>\n"
+    named = prompt_text(s, tools=TOOLS2, tool_choice=WEATHER)
+    assert named.endswith('<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": ')
+    assert '"get_time"' not in named  # a named choice shows only that tool
+
+
+def test_tool_choice_named(make_server):
+    # The model closes the arguments, then tries a second call and more text:
+    # a named choice is that one call.
+    s = make_server(*LONGCTX, script=['{"city": "Rome", "days": 1}}\n</tool_call>\n'
+                                      '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call> more' + EOS])
+    r = check_tool_equality(s, messages=USER, tools=TOOLS2, tool_choice=WEATHER, max_tokens=100)
+    m = r.choices[0].message
+    assert r.choices[0].finish_reason == "tool_calls" and m.content is None
+    assert [t.function.name for t in m.tool_calls] == ["get_weather"]
+    assert json.loads(m.tool_calls[0].function.arguments) == {"city": "Rome", "days": 1}
+
+
+def test_tool_choice_required(make_server):
+    s = make_server(*LONGCTX, script=['{"name": "get_time", "arguments": {}}\n</tool_call>\n' + HERMES + EOS])
+    r = check_tool_equality(s, messages=USER, tools=TOOLS2, tool_choice="required", max_tokens=100)
+    m = r.choices[0].message
+    assert r.choices[0].finish_reason == "tool_calls" and m.content is None
+    assert [t.function.name for t in m.tool_calls] == ["get_time", "get_weather"]
+    assert r.usage.completion_tokens < 100
+
+
+def test_tool_choice_not_a_call(make_server):
+    # The continuation is no call: the text (prefill included) as content, the
+    # engine's finish reason, for both forms.
+    s = make_server(*LONGCTX, script=["I would rather not." + EOS, "I would rather not." + EOS,
+                                      "no", "no"])
+    r = check_tool_equality(s, messages=USER, tools=TOOLS, tool_choice=WEATHER, max_tokens=100)
+    assert r.choices[0].message.content == '<tool_call>\n{"name": "get_weather", "arguments": I would rather not.'
+    assert r.choices[0].finish_reason == "stop" and not r.choices[0].message.tool_calls
+    r = check_tool_equality(s, messages=USER, tools=TOOLS, tool_choice="required", max_tokens=1)
+    assert r.choices[0].finish_reason == "length" and r.choices[0].message.content.startswith("<tool_call>\n")
+
+
+def test_tool_choice_errors(server):
+    e = err(post(server, {"messages": USER, "tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}),
+            400, "tool_choice")
+    assert "'nope'" in e["message"]
+    for tc in ["auto", "required", {"type": "function", "function": {"name": "get_weather"}}]:
+        err(post(server, {"messages": USER, "tool_choice": tc}), 400, "tool_choice")
+        err(post(server, {"messages": USER, "tools": [], "tool_choice": tc}), 400, "tool_choice")
+    assert post(server, {"messages": USER, "tools": [], "tool_choice": "none", "max_tokens": 2}).status_code == 200
 
 
 def test_tool_round_trip(make_server):
