@@ -582,7 +582,7 @@ def test_graceful_shutdown_finishes_inflight(make_server):
     # SIGTERM comes right after the model is ready (as soon as the request is
     # in flight): this once took the "still loading" exit and closed the
     # connection without a response.
-    s = Server("--max-seqs", "1", "--shutdown-grace-ms", "60000")
+    s = make_server("--max-seqs", "1", "--shutdown-grace-ms", "60000")
     out = {}
 
     def one():
@@ -609,7 +609,7 @@ def test_graceful_shutdown_finishes_inflight(make_server):
 def test_shutdown_after_grace_answers_inflight(make_server):
     """Past the grace period in-flight requests are cancelled, yet still get a
     well-formed answer: a 503 error body, or an error event and [DONE]."""
-    s = Server("--max-seqs", "2", "--max-context", "1024", "--shutdown-grace-ms", "0")
+    s = make_server("--max-seqs", "2", "--max-context", "1024", "--shutdown-grace-ms", "0")
     out = {}
     body = {"messages": USER, "max_tokens": 900, "ignore_eos": True}
 
