@@ -3,6 +3,7 @@
  */
 #include "testutil.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -159,4 +160,41 @@ char *tu_write_temp(const char *name, const void *data, size_t len)
     fwrite(data, 1, len, f);
     fclose(f);
     return path;
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int tu_fixture_dirs(const char *sub, const char *marker, char ***dirs)
+{
+    const char *env = getenv("TERN_TEST_FIXTURES");
+    char *root = env ? tern_path_join(env, sub) : tern_path_join(TERN_FIXTURES, sub);
+    DIR *d = opendir(root);
+    if (!d) fail_msg("no fixtures at %s", root);
+    char **names = NULL;
+    size_t cap = 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        char *dir = tern_path_join(root, de->d_name);
+        char *m = tern_path_join(dir, marker);
+        if (tern_file_exists(m)) {
+            void *arr = names;
+            if (tern_grow(&arr, &cap, (size_t)n + 1, sizeof *names) != TERN_OK)
+                fail_msg("out of memory");
+            names = arr;
+            names[n++] = dir;
+        } else {
+            tern_free(dir);
+        }
+        tern_free(m);
+    }
+    closedir(d);
+    tern_free(root);
+    if (n) qsort(names, (size_t)n, sizeof *names, by_name);
+    *dirs = names;
+    return n;
 }

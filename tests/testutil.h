@@ -34,6 +34,13 @@ double tu_max_rel_err(const float *a, const float *b, size_t n);
  * frees with tern_free). */
 char *tu_fixture(const char *rel);
 
+/* The fixture directories under <fixtures>/<sub> that contain the file
+ * `marker` (e.g. "golden/logits.npy"), sorted by name, as tern_free'd paths
+ * in *dirs (free each and the array). <fixtures> is $TERN_TEST_FIXTURES when
+ * set (the GPU machine keeps the tree elsewhere), else tests/fixtures.
+ * Returns the count; fails the test when the folder cannot be read. */
+int tu_fixture_dirs(const char *sub, const char *marker, char ***dirs);
+
 /* Runs a shell command, capturing stdout and stderr (separately) into
  * tern_free'd strings; returns the exit status (or -1). */
 int tu_run(const char *cmd, char **out, char **err);

@@ -8,7 +8,6 @@
  */
 #include "testutil.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,35 +125,16 @@ static void check_fixture(const char *dir)
     tu_npy_free(&f.greedy_logits);
 }
 
-static int by_name(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 static void test_all_fixtures(void **state)
 {
-    char *root = tu_fixture("models");
-    DIR *d = opendir(root);
-    if (!d) fail_msg("no fixtures at %s", root);
-    char *names[64];
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) && n < 64) {
-        if (de->d_name[0] == '.') continue;
-        char *dir = tern_path_join(root, de->d_name);
-        char *g = golden_path(dir, "logits.npy");
-        if (tern_file_exists(g)) names[n++] = dir;
-        else tern_free(dir);
-        tern_free(g);
-    }
-    closedir(d);
-    qsort(names, (size_t)n, sizeof *names, by_name);
+    char **names;
+    int n = tu_fixture_dirs("models", "golden/logits.npy", &names);
     assert_true(n >= 4); /* at least one per architecture */
     for (int i = 0; i < n; i++) {
         check_fixture(names[i]);
         tern_free(names[i]);
     }
-    tern_free(root);
+    tern_free(names);
 }
 
 int main(void)

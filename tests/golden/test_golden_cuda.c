@@ -15,7 +15,6 @@
 
 #include "backend/backend.h"
 
-#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -134,11 +133,6 @@ static bool check_fixture(const char *dir)
     return ok;
 }
 
-static int by_name(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 static void test_all_fixtures_cuda(void **state)
 {
     (void)state;
@@ -146,32 +140,15 @@ static void test_all_fixtures_cuda(void **state)
         printf("skipped: no CUDA device\n");
         skip();
     }
-    const char *env = getenv("TERN_TEST_FIXTURES");
-    char *fixtures = env ? tern_path_join(env, "") : tu_fixture("");
-    char *root = tern_path_join(fixtures, "models");
-    DIR *d = opendir(root);
-    if (!d) fail_msg("no fixtures at %s", root);
-    char *names[64];
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) && n < 64) {
-        if (de->d_name[0] == '.') continue;
-        char *dir = tern_path_join(root, de->d_name);
-        char *g = tern_path_join(dir, "golden/logits.npy");
-        if (tern_file_exists(g)) names[n++] = dir;
-        else tern_free(dir);
-        tern_free(g);
-    }
-    closedir(d);
-    qsort(names, (size_t)n, sizeof *names, by_name);
+    char **names;
+    int n = tu_fixture_dirs("models", "golden/logits.npy", &names);
     assert_true(n >= 4);
     int n_bad = 0;
     for (int i = 0; i < n; i++) {
         n_bad += !check_fixture(names[i]);
         tern_free(names[i]);
     }
-    tern_free(root);
-    tern_free(fixtures);
+    tern_free(names);
     if (n_bad) fail_msg("%d of %d fixtures differ from transformers on CUDA", n_bad, n);
 }
 

@@ -22,7 +22,6 @@
 
 #include "backend/backend.h"
 
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,11 +155,6 @@ static void check_fixture(const char *dir)
     tu_npy_free(&glog);
 }
 
-static int by_name(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 static void test_all_fixtures(void **state)
 {
     (void)state;
@@ -170,29 +164,14 @@ static void test_all_fixtures(void **state)
         printf("skipped: no CUDA device\n");
         skip();
     }
-    /* On the GPU machine the tree lives elsewhere: scripts/gpu-quant.sh says where. */
-    const char *fx = getenv("TERN_TEST_FIXTURES");
-    char *root = fx ? tern_path_join(fx, "quant") : tu_fixture("quant");
-    DIR *d = opendir(root);
-    if (!d) fail_msg("no fixtures at %s", root);
-    char *names[64];
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) && n < 64) {
-        if (de->d_name[0] == '.') continue;
-        char *dir = tern_path_join(root, de->d_name), *g = golden_path(dir, "logits.npy");
-        if (tern_file_exists(g)) names[n++] = dir;
-        else tern_free(dir);
-        tern_free(g);
-    }
-    closedir(d);
-    qsort(names, (size_t)n, sizeof *names, by_name);
+    char **names;
+    int n = tu_fixture_dirs("quant", "golden/logits.npy", &names);
     assert_true(n >= 7);
     for (int i = 0; i < n; i++) {
         check_fixture(names[i]);
         tern_free(names[i]);
     }
-    tern_free(root);
+    tern_free(names);
 }
 
 int main(void)
