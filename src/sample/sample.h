@@ -25,8 +25,9 @@
  *   6. min_p      keep tokens with p >= min_p * p_max (p of what is kept);
  *               min_p <= 0 = off
  *   7. sample     draw u in [0, 1) from Philox4x32-10 keyed by the seed, at
- *               counter (step, stream): walk the kept tokens in descending
- *               order until the cumulative probability exceeds u.
+ *               counter (step, stream): walk the kept tokens in increasing
+ *               id order until the cumulative (unnormalised) probability
+ *               exceeds u times the kept mass.
  *
  * Cost: top_k selects in O(vocab) then sorts k; top_p without top_k sorts
  * the whole row (O(vocab log vocab)); fine for a reference path.
