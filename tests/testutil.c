@@ -55,6 +55,14 @@ void tu_npy_load(const char *path, struct tu_npy *out)
     tern_free(buf);
 }
 
+void tu_golden_npy(const char *dir, const char *file, struct tu_npy *out)
+{
+    struct tern_str s = {0};
+    tern_str_appendf(&s, "%s/golden/%s", dir, file);
+    tu_npy_load(s.data, out);
+    tern_str_deinit(&s);
+}
+
 void tu_npy_free(struct tu_npy *a)
 {
     tern_free(a->data);

@@ -25,6 +25,8 @@ struct tu_npy {
 /* Loads a .npy file; fails the test on error. */
 void tu_npy_load(const char *path, struct tu_npy *out);
 void tu_npy_free(struct tu_npy *a);
+/* Loads <fixture dir>/golden/<file>; fails the test on error. */
+void tu_golden_npy(const char *dir, const char *file, struct tu_npy *out);
 
 /* max_i |a_i - b_i| / max(max_i |b_i|, tiny): the relative error measure the
  * golden tests use (max error relative to the reference's scale). */

@@ -19,20 +19,6 @@ struct fixture {
     struct tu_npy prompt, logits, greedy, greedy_logits;
 };
 
-static char *golden_path(const char *dir, const char *file)
-{
-    struct tern_str s = {0};
-    tern_str_appendf(&s, "%s/golden/%s", dir, file);
-    return tern_str_take(&s);
-}
-
-static void load_npy(const char *dir, const char *file, struct tu_npy *a)
-{
-    char *p = golden_path(dir, file);
-    tu_npy_load(p, a);
-    tern_free(p);
-}
-
 static struct tern_engine *make_engine(struct tern_model *m, int max_batch_tokens, int block_size)
 {
     struct tern_engine_params ep = tern_engine_default_params();
@@ -59,10 +45,10 @@ static float *logits_of(struct tern_model *m, const int32_t *ids, int n, int V, 
 static void check_fixture(const char *dir)
 {
     struct fixture f = {0};
-    load_npy(dir, "prompt.npy", &f.prompt);
-    load_npy(dir, "logits.npy", &f.logits);
-    load_npy(dir, "greedy.npy", &f.greedy);
-    load_npy(dir, "greedy_logits.npy", &f.greedy_logits);
+    tu_golden_npy(dir, "prompt.npy", &f.prompt);
+    tu_golden_npy(dir, "logits.npy", &f.logits);
+    tu_golden_npy(dir, "greedy.npy", &f.greedy);
+    tu_golden_npy(dir, "greedy_logits.npy", &f.greedy_logits);
     assert_string_equal(f.prompt.dtype, "<i4");
     assert_string_equal(f.greedy.dtype, "<i4");
     assert_string_equal(f.logits.dtype, "<f4");

@@ -23,15 +23,6 @@
 
 #define REL_TOL 2e-2
 
-static void load_npy(const char *dir, const char *file, struct tu_npy *a)
-{
-    struct tern_str s = {0};
-    tern_str_appendf(&s, "%s/golden/%s", dir, file);
-    char *p = tern_str_take(&s);
-    tu_npy_load(p, a);
-    tern_free(p);
-}
-
 static struct tern_engine *make_engine(struct tern_model *m)
 {
     struct tern_engine_params ep = tern_engine_default_params();
@@ -68,10 +59,10 @@ static void *greedy_thread(void *arg)
 static bool check_fixture(const char *dir)
 {
     struct tu_npy prompt = {0}, logits = {0}, greedy = {0}, glog = {0};
-    load_npy(dir, "prompt.npy", &prompt);
-    load_npy(dir, "logits.npy", &logits);
-    load_npy(dir, "greedy.npy", &greedy);
-    load_npy(dir, "greedy_logits.npy", &glog);
+    tu_golden_npy(dir, "prompt.npy", &prompt);
+    tu_golden_npy(dir, "logits.npy", &logits);
+    tu_golden_npy(dir, "greedy.npy", &greedy);
+    tu_golden_npy(dir, "greedy_logits.npy", &glog);
     int n = (int)prompt.n, V = (int)logits.shape[1], G = (int)greedy.n;
 
     struct tern_model *m = NULL;

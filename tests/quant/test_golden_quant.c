@@ -33,20 +33,6 @@
 
 static bool on_cuda;
 
-static char *golden_path(const char *dir, const char *file)
-{
-    struct tern_str s = {0};
-    tern_str_appendf(&s, "%s/golden/%s", dir, file);
-    return tern_str_take(&s);
-}
-
-static void load_npy(const char *dir, const char *file, struct tu_npy *a)
-{
-    char *p = golden_path(dir, file);
-    tu_npy_load(p, a);
-    tern_free(p);
-}
-
 static float *logits_of(struct tern_model *m, const int32_t *ids, int n, int V, int chunk,
                         int block_size)
 {
@@ -82,10 +68,10 @@ static int32_t *greedy_of(struct tern_model *m, const int32_t *ids, int n, int G
 static void check_fixture(const char *dir)
 {
     struct tu_npy prompt, logits, greedy, glog;
-    load_npy(dir, "prompt.npy", &prompt);
-    load_npy(dir, "logits.npy", &logits);
-    load_npy(dir, "greedy.npy", &greedy);
-    load_npy(dir, "greedy_logits.npy", &glog);
+    tu_golden_npy(dir, "prompt.npy", &prompt);
+    tu_golden_npy(dir, "logits.npy", &logits);
+    tu_golden_npy(dir, "greedy.npy", &greedy);
+    tu_golden_npy(dir, "greedy_logits.npy", &glog);
     int n = (int)prompt.n, V = (int)logits.shape[1], G = (int)greedy.n;
     struct tern_model *m = NULL;
     struct tern_model_params mp = tern_model_default_params();
