@@ -5,13 +5,15 @@
 # through `tern bench`: batch-1 (prompt 512, 64 new tokens) and batched
 # (64 concurrent, prompt 128, 128 new tokens). Models are deleted; logs go to
 # $OUT; a short table prints last.
+# Env: TERN_GPU_CARRY (default .gpu-carry/decode), GPU_CHECK_BATCHED=0 skips
+# the 64-sequence runs, GPU_CHECK_BENCH=0 skips the model and benches.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-check-out}
 MODEL=/tmp/tern-llama8b Q=/tmp/tern-llama8b-q4 C=/tmp/tern-carry
 mkdir -p "$OUT" $C
 python3 -c "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" \
-  .gpu-carry/decode/bins.tar.xz $C
+  ${TERN_GPU_CARRY:-.gpu-carry/decode}/bins.tar.xz $C
 cr() { LD_LIBRARY_PATH=$C:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} "$@"; }
 echo "== binaries of commit $(cat $C/commit)"
 export TERN_TEST_FIXTURES=$PWD/tests/fixtures
@@ -21,6 +23,7 @@ for t in test_ops_cuda test_quant_cuda test_golden_cuda test_graph_cuda; do
 done
 TERN_QUANT_DEVICE=cuda cr timeout 60 $C/test_golden_quant >"$OUT/test_golden_quant.log" 2>&1
 echo "test_golden_quant (cuda) rc=$?"
+[ "${GPU_CHECK_BENCH:-1}" = 0 ] && exit 0
 timeout 100 python3 tools/make_model.py --preset llama-3.1-8b --out "$MODEL" \
   --tokenizer-dir $C/tok-llama3_1 >"$OUT/make_model.log" 2>&1; echo "make_model rc=$?"
 cr timeout 70 $C/tern quantize --model "$MODEL" --out "$Q" --bits 4 --group-size 64 \
@@ -29,6 +32,7 @@ for m in bf16:$MODEL q4:$Q; do
   n=${m%%:*} d=${m#*:}
   cr timeout 60 $C/tern bench --model "$d" --device cuda --prompt-len 512 --gen 64 --reps 3 \
     --json >"$OUT/single_$n.json" 2>"$OUT/single_$n.err"; echo "single $n rc=$?"
+  [ "${GPU_CHECK_BATCHED:-1}" = 0 ] && continue
   cr timeout 90 $C/tern bench --model "$d" --device cuda --concurrency 64 --prompt-len 128 \
     --gen 128 --json >"$OUT/batched_$n.json" 2>"$OUT/batched_$n.err"; echo "batched $n rc=$?"
 done

@@ -7,16 +7,22 @@
 # they travel as one xz tarball: .gpu-carry/decode/bins.tar.xz (git-ignored;
 # pass .gpu-carry/decode as `carry`).
 # Usage: scripts/gpu-decode-prebuild.sh
+# Env: TERN_GPU_BUILD (build dir, default build/gpu-decode), TERN_GPU_CARRY
+# (carry dir, default .gpu-carry/decode; must be ignored by git), and
+# TERN_GPU_EXTRA (more CMake targets whose binaries travel too, e.g. a new
+# CUDA test; give the target names, they are found under the build dir).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=build/gpu-decode
-C=.gpu-carry/decode
+B=${TERN_GPU_BUILD:-build/gpu-decode}
+C=${TERN_GPU_CARRY:-.gpu-carry/decode}
+EXTRA=${TERN_GPU_EXTRA:-}
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DTERN_CUDA=ON -DTERN_WERROR=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
 cmake --build $B --target test_ops_cuda test_quant_cuda test_golden_cuda test_graph_cuda \
-  test_golden_quant tern_cli -j2
+  test_golden_quant tern_cli $EXTRA -j2
 BINS="$B/tests/ops/test_ops_cuda $B/tests/quant/test_quant_cuda $B/tests/golden/test_golden_cuda
  $B/tests/golden/test_graph_cuda $B/tests/quant/test_golden_quant $B/tern"
+for t in $EXTRA; do BINS="$BINS $(find $B -type f -name "$t" -perm -u+x | head -1)"; done
 rm -rf $C && mkdir -p $C/stage
 cp $BINS $C/stage/
 strip $C/stage/* 2>/dev/null || true
