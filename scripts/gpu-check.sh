@@ -6,7 +6,9 @@
 # (64 concurrent, prompt 128, 128 new tokens). Models are deleted; logs go to
 # $OUT; a short table prints last.
 # Env: TERN_GPU_CARRY (default .gpu-carry/decode), GPU_CHECK_BATCHED=0 skips
-# the 64-sequence runs, GPU_CHECK_BENCH=0 skips the model and benches.
+# the 64-sequence runs, GPU_CHECK_BENCH=0 skips the model and benches,
+# GPU_CHECK_RACECHECK=1 runs test_ops_cuda under compute-sanitizer racecheck,
+# GPU_CHECK_LONG=1 adds a 2048-token prompt bench (prefill) per model.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-check-out}
@@ -21,6 +23,11 @@ for t in test_ops_cuda test_quant_cuda test_golden_cuda test_graph_cuda; do
   cr timeout 90 $C/$t >"$OUT/$t.log" 2>&1; echo "$t rc=$?"
   grep -E "PASSED|FAILED" "$OUT/$t.log" | tail -2
 done
+if [ "${GPU_CHECK_RACECHECK:-0}" = 1 ]; then
+  cr timeout 240 compute-sanitizer --tool racecheck --print-limit 20 $C/test_ops_cuda \
+    >"$OUT/racecheck.log" 2>&1; echo "racecheck test_ops_cuda rc=$?"
+  grep -E "RACECHECK SUMMARY|ERROR SUMMARY|PASSED|FAILED" "$OUT/racecheck.log" | tail -3
+fi
 TERN_QUANT_DEVICE=cuda cr timeout 60 $C/test_golden_quant >"$OUT/test_golden_quant.log" 2>&1
 echo "test_golden_quant (cuda) rc=$?"
 [ "${GPU_CHECK_BENCH:-1}" = 0 ] && exit 0
@@ -32,6 +39,10 @@ for m in bf16:$MODEL q4:$Q; do
   n=${m%%:*} d=${m#*:}
   cr timeout 60 $C/tern bench --model "$d" --device cuda --prompt-len 512 --gen 64 --reps 3 \
     --json >"$OUT/single_$n.json" 2>"$OUT/single_$n.err"; echo "single $n rc=$?"
+  if [ "${GPU_CHECK_LONG:-0}" = 1 ]; then
+    cr timeout 60 $C/tern bench --model "$d" --device cuda --prompt-len 2048 --gen 32 --reps 3 \
+      --json >"$OUT/long_$n.json" 2>"$OUT/long_$n.err"; echo "long $n rc=$?"
+  fi
   [ "${GPU_CHECK_BATCHED:-1}" = 0 ] && continue
   cr timeout 90 $C/tern bench --model "$d" --device cuda --concurrency 64 --prompt-len 128 \
     --gen 128 --json >"$OUT/batched_$n.json" 2>"$OUT/batched_$n.err"; echo "batched $n rc=$?"
@@ -43,10 +54,12 @@ out = sys.argv[1]
 def js(n):
     try: return json.load(open(os.path.join(out, n)))
     except Exception as e: return {}
-print("%-8s %10s %10s %10s %12s %8s" % ("model", "load s", "decode/s", "prefill/s", "64-seq out/s", "TTFT p50"))
+print("%-8s %10s %10s %10s %12s %8s %12s" % ("model", "load s", "decode/s", "prefill/s",
+      "64-seq out/s", "TTFT p50", "prefill2048/s"))
 for n in ("bf16", "q4"):
-    s, b = js(f"single_{n}.json"), js(f"batched_{n}.json")
+    s, b, l = js(f"single_{n}.json"), js(f"batched_{n}.json"), js(f"long_{n}.json")
     r = (b.get("results") or [{}])[0]
-    print("%-8s %10.2f %10.1f %10.0f %12.0f %8.1f" % (n, s.get("load_s", 0), s.get("decode_tok_s", 0),
-          s.get("prefill_tok_s", 0), r.get("output_tok_s", 0), r.get("ttft_p50_ms", 0)))
+    print("%-8s %10.2f %10.1f %10.0f %12.0f %8.1f %12.0f" % (n, s.get("load_s", 0),
+          s.get("decode_tok_s", 0), s.get("prefill_tok_s", 0), r.get("output_tok_s", 0),
+          r.get("ttft_p50_ms", 0), l.get("prefill_tok_s", 0)))
 PY
