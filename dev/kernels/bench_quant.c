@@ -1,36 +1,40 @@
 /*
- * bench_quant.c — the MLX-affine CUDA kernels at Llama-3.1-8B shapes, in
+ * bench_quant.c — the MLX-affine decode GEMVs at Llama-3.1-8B shapes, in
  * isolation (kernel lab; not linked into the library):
  *
- *   1. device copy bandwidth (cudaMemcpy D2D), the floor for streaming;
- *   2. the decode GEMV (tk_qgemv, T = 1) per layer shape, 4-bit g32/64/128
- *      and 8-bit g64, 2 and 4 rows per warp, in GB/s of weight bytes read
- *      (packed + scales + biases), against the BF16 GEMV (tk_gemv);
- *   3. the per-token sum over 32 layers + lm_head: the weight-streaming time
- *      of one decode step, and the tok/s it allows;
- *   4. prefill T = 2048 through the backend's matmul op: quantized
- *      (dequantize to BF16 + cuBLASLt) against dense BF16 (cuBLASLt), TFLOP/s;
- *   5. the lab's v2 kernels (quant_v2.cu, not yet in the library): each
- *      output compared with v1's first (max rel err), then timed.
+ *   1. device copy bandwidth (cudaMemcpy D2D, read + write), the floor;
+ *   2. per shape (q/k/v and gate/up fused, as the model loads them) and
+ *      kernel (v1 cuda_quant.cu, v2 cuda_quant_v2.cu, the tensor-core
+ *      cuda_quant_mma.cu): the tensor-core output against v1 at T = 1 and 8
+ *      (max rel err) and its batch invariance (each token of T = 8 bitwise
+ *      equal to the token alone), then the time of one call: CUDA events
+ *      around 20 launches that cycle through enough copies of the weight to
+ *      defeat the 50 MB L2, median of 15 such samples after warm-ups; in
+ *      GB/s of packed + scales + biases bytes and % of the copy floor;
+ *   3. the per-token sum over 32 layers + lm_head: the weight-streaming
+ *      time of one decode step per kernel, and the tok/s it allows;
+ *   4. with "prefill" as the second argument, prefill T = 2048 through the
+ *      backend's matmul op: quantized (dequantize + cuBLASLt) vs BF16.
  *
- * Contents are random bytes (timing does not depend on values). Usage:
- * bench_quant [reps]. Prints a "==== summary ====" block last.
+ * Contents are random (timing does not depend on values). Usage:
+ * bench_quant [samples] [prefill]. Prints a "==== summary ====" block last.
  */
-#include "backend/backend.h"
-#include "backend/cuda/cuda_kernels.h"
-#include "backend/cuda/cuda_quant.h"
-
 #include <cuda_runtime_api.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_quant.h"
 
 #define CK(x)                                                                                      \
     do {                                                                                           \
         cudaError_t e_ = (x);                                                                      \
         if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                               \
-            return 1;                                                                              \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
+            exit(1);                                                                               \
         }                                                                                          \
     } while (0)
 
@@ -41,93 +45,169 @@ struct shape {
 };
 
 static const struct shape SHAPES[] = {
-    {"q_proj", 4096, 4096, 1},    {"k_proj", 1024, 4096, 1}, {"v_proj", 1024, 4096, 1},
-    {"o_proj", 4096, 4096, 1},    {"gate_proj", 14336, 4096, 1}, {"up_proj", 14336, 4096, 1},
-    {"down_proj", 4096, 14336, 1}, {"lm_head", 128256, 4096, 0},
+    {"qkv", 6144, 4096, 1},       {"o", 4096, 4096, 1},          {"gate_up", 28672, 4096, 1},
+    {"down", 4096, 14336, 1},     {"lm_head", 128256, 4096, 0},
 };
 #define N_SHAPES (int)(sizeof SHAPES / sizeof SHAPES[0])
 #define N_LAYERS 32
+#define BATCH 20
 
-static int reps = 50;
+enum { K_V1 = 1, K_V2 = 2, K_MMA = 3 };
+struct cfg {
+    int bits, group, kernel, n_tok;
+};
+static const struct cfg CFGS[] = {
+    {4, 64, K_V1, 1}, {4, 64, K_V2, 1}, {4, 64, K_MMA, 1}, {4, 64, K_MMA, 8}, {4, 32, K_MMA, 1},
+    {4, 128, K_MMA, 1}, {8, 64, K_V1, 1}, {8, 64, K_MMA, 1}, {8, 64, K_MMA, 8},
+};
+#define N_CFGS (int)(sizeof CFGS / sizeof CFGS[0])
+static const char *KNAME[] = {"", "v1", "v2", "mma"};
+
+static int samples = 15;
+static double copy_gbs;
 static cudaEvent_t ev0, ev1;
 
-static void fill(void *p, size_t n)
+static void fill(void *p, size_t n, uint32_t seed)
 {
-    /* Small random-ish values: bf16 bit patterns 0x3c00..0x3cff (~0.008), words anything. */
+    /* bf16 bit patterns 0x3c00..0x3cff (~0.008) as halves, anything as words. */
     uint16_t *h = malloc(n);
-    for (size_t i = 0; i < n / 2; i++) h[i] = (uint16_t)(0x3c00 | (i * 2654435761u >> 24));
-    cudaMemcpy(p, h, n, cudaMemcpyHostToDevice);
+    for (size_t i = 0; i < n / 2; i++)
+        h[i] = (uint16_t)(0x3c00 | ((i + seed) * 2654435761u >> 24));
+    CK(cudaMemcpy(p, h, n, cudaMemcpyHostToDevice));
     free(h);
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
 }
 
 static double copy_bw(void)
 {
     size_t n = (size_t)2 << 30;
     void *a, *b;
-    if (cudaMalloc(&a, n) || cudaMalloc(&b, n)) return 0;
-    cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(ev0, 0);
-    for (int i = 0; i < 10; i++) cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(ev1, 0);
-    cudaEventSynchronize(ev1);
-    float ms;
-    cudaEventElapsedTime(&ms, ev0, ev1);
-    cudaFree(a);
-    cudaFree(b);
-    return 2.0 * (double)n * 10 / (ms / 1e3) / 1e9; /* read + write */
-}
-
-/* Mean ms of one qgemv (rows_per_warp 0 = the BF16 GEMV instead). */
-static double time_gemv(const struct shape *s, int bits, int group, int rpw, double *gbs)
-{
-    size_t qb = (size_t)(s->out * s->in) * (size_t)(bits ? bits : 16) / 8;
-    size_t sb = bits ? (size_t)(s->out * (s->in / group)) * 2 : 0;
-    void *q, *sc, *bi, *x, *y;
-    if (cudaMalloc(&q, qb) || cudaMalloc(&sc, sb + 16) || cudaMalloc(&bi, sb + 16) ||
-        cudaMalloc(&x, (size_t)s->in * 2) || cudaMalloc(&y, (size_t)s->out * 4))
-        return -1;
-    fill(q, qb);
-    fill(sc, sb + 16);
-    fill(bi, sb + 16);
-    fill(x, (size_t)s->in * 2);
-    struct tk_qmat m = {q, sc, bi, TK_BF16, bits, group};
-    float ms = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        int n = pass ? reps : 3;
+    CK(cudaMalloc(&a, n));
+    CK(cudaMalloc(&b, n));
+    CK(cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice));
+    double v[5];
+    for (int s = 0; s < 5; s++) {
+        float ms;
         cudaEventRecord(ev0, 0);
-        for (int r = 0; r < n; r++) {
-            if (bits) tk_qgemv(0, &m, x, TK_BF16, s->in, NULL, 0, y, TK_F32, s->out, 1, s->in, s->out, rpw);
-            else tk_gemv(0, x, TK_BF16, s->in, q, TK_BF16, NULL, 0, y, TK_F32, s->out, 1, s->in, s->out);
-        }
+        CK(cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice));
         cudaEventRecord(ev1, 0);
         cudaEventSynchronize(ev1);
         cudaEventElapsedTime(&ms, ev0, ev1);
-        ms /= (float)n;
+        v[s] = 2.0 * (double)n / (ms / 1e3) / 1e9;
     }
-    cudaError_t e = cudaGetLastError();
-    if (e) fprintf(stderr, "gemv: %s\n", cudaGetErrorString(e));
-    *gbs = (double)(qb + 2 * sb) / (ms / 1e3) / 1e9;
-    cudaFree(q);
-    cudaFree(sc);
-    cudaFree(bi);
+    qsort(v, 5, sizeof v[0], cmp_d);
+    cudaFree(a);
+    cudaFree(b);
+    return v[2];
+}
+
+static cudaError_t gemv(int kernel, const struct tk_qmat *m, const void *x, void *y, int n_tok,
+                        int64_t in, int64_t out)
+{
+    if (kernel == K_MMA) return tk_qgemv_mma(0, m, x, in, NULL, 0, y, TK_F32, out, n_tok, in, out);
+    if (kernel == K_V2) return tk_qgemv2(0, m, x, in, NULL, 0, y, TK_F32, out, n_tok, in, out);
+    return tk_qgemv(0, m, x, TK_BF16, in, NULL, 0, y, TK_F32, out, n_tok, in, out,
+                    n_tok <= 2 ? 4 : 2);
+}
+
+static double max_rel(const float *a, const float *b, size_t n)
+{
+    double md = 0, mr = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d != d) return 1e30;
+        md = d > md ? d : md;
+        mr = fabs(b[i]) > mr ? fabs(b[i]) : mr;
+    }
+    return md / (mr > 0 ? mr : 1);
+}
+
+/* The tensor-core kernel against v1 (T = 1, 8) and T = 1 vs T = 8 bitwise. */
+static void validate(const struct tk_qmat *m, const void *x, const struct shape *s, double *err,
+                     int *invariant)
+{
+    size_t n = (size_t)(8 * s->out);
+    float *a = malloc(n * 4), *b = malloc(n * 4), *c = malloc((size_t)s->out * 4);
+    void *y1, *y2;
+    CK(cudaMalloc(&y1, n * 4));
+    CK(cudaMalloc(&y2, n * 4));
+    *err = 0;
+    *invariant = 1;
+    for (int nt = 1; nt <= 8; nt += 7) {
+        CK(gemv(K_V1, m, x, y1, nt, s->in, s->out));
+        CK(gemv(K_MMA, m, x, y2, nt, s->in, s->out));
+        CK(cudaMemcpy(a, y2, (size_t)(nt * s->out) * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(b, y1, (size_t)(nt * s->out) * 4, cudaMemcpyDeviceToHost));
+        double e = max_rel(a, b, (size_t)(nt * s->out));
+        *err = e > *err ? e : *err;
+    }
+    for (int t = 0; t < 8; t += 3) { /* a = the T = 8 output */
+        CK(gemv(K_MMA, m, (const uint16_t *)x + t * s->in, y1, 1, s->in, s->out));
+        CK(cudaMemcpy(c, y1, (size_t)s->out * 4, cudaMemcpyDeviceToHost));
+        if (memcmp(c, a + t * s->out, (size_t)s->out * 4) != 0) *invariant = 0;
+    }
+    cudaFree(y1);
+    cudaFree(y2);
+    free(a), free(b), free(c);
+}
+
+/* Median ms of one call of cfg on shape s; *gbs its weight-byte rate. */
+static double time_cfg(const struct cfg *c, const struct shape *s, double *gbs, double *err,
+                       int *inv)
+{
+    size_t qb = (size_t)(s->out * s->in) * (size_t)c->bits / 8;
+    size_t sb = (size_t)(s->out * (s->in / c->group)) * 2, bytes = qb + 2 * sb;
+    int copies = (int)((((size_t)256 << 20) + bytes - 1) / bytes);
+    if (copies > 16) copies = 16;
+    void *q[16], *sc[16], *bi[16], *x, *y;
+    for (int i = 0; i < copies; i++) {
+        CK(cudaMalloc(&q[i], qb));
+        CK(cudaMalloc(&sc[i], sb));
+        CK(cudaMalloc(&bi[i], sb));
+        if (i == 0) {
+            fill(q[0], qb, 1);
+            fill(sc[0], sb, 7);
+            fill(bi[0], sb, 13);
+        } else { /* the same contents: time does not depend on them */
+            CK(cudaMemcpy(q[i], q[0], qb, cudaMemcpyDeviceToDevice));
+            CK(cudaMemcpy(sc[i], sc[0], sb, cudaMemcpyDeviceToDevice));
+            CK(cudaMemcpy(bi[i], bi[0], sb, cudaMemcpyDeviceToDevice));
+        }
+    }
+    CK(cudaMalloc(&x, (size_t)(8 * s->in) * 2));
+    CK(cudaMalloc(&y, (size_t)(8 * s->out) * 4));
+    fill(x, (size_t)(8 * s->in) * 2, 99);
+    struct tk_qmat m[16];
+    for (int i = 0; i < copies; i++) m[i] = (struct tk_qmat){q[i], sc[i], bi[i], TK_BF16, c->bits, c->group};
+    *err = -1;
+    *inv = -1;
+    if (c->kernel == K_MMA && c->n_tok == 1) validate(&m[0], x, s, err, inv);
+    double v[64];
+    int ns = samples < 64 ? samples : 64;
+    for (int w = 0; w < 3; w++) CK(gemv(c->kernel, &m[w % copies], x, y, c->n_tok, s->in, s->out));
+    for (int k = 0; k < ns; k++) {
+        float ms;
+        cudaEventRecord(ev0, 0);
+        for (int r = 0; r < BATCH; r++)
+            gemv(c->kernel, &m[(k * BATCH + r) % copies], x, y, c->n_tok, s->in, s->out);
+        cudaEventRecord(ev1, 0);
+        cudaEventSynchronize(ev1);
+        cudaEventElapsedTime(&ms, ev0, ev1);
+        v[k] = ms / BATCH;
+    }
+    CK(cudaGetLastError());
+    qsort(v, (size_t)ns, sizeof v[0], cmp_d);
+    double ms = v[ns / 2];
+    *gbs = (double)bytes / (ms / 1e3) / 1e9;
+    for (int i = 0; i < copies; i++) cudaFree(q[i]), cudaFree(sc[i]), cudaFree(bi[i]);
     cudaFree(x);
     cudaFree(y);
     return ms;
-}
-
-/* One decode configuration over every shape; returns the per-token ms. */
-static double decode_config(int bits, int group, int rpw)
-{
-    double total = 0;
-    for (int i = 0; i < N_SHAPES; i++) {
-        double gbs = 0;
-        double ms = time_gemv(&SHAPES[i], bits, group, rpw, &gbs);
-        printf("  %-10s [%6lld x %5lld]  %s g%-3d R%d  %8.1f us  %7.0f GB/s\n", SHAPES[i].name,
-               (long long)SHAPES[i].out, (long long)SHAPES[i].in, bits ? "q" : "bf16", group, rpw,
-               ms * 1e3, gbs);
-        total += ms * (SHAPES[i].per_layer ? N_LAYERS : 1);
-    }
-    return total;
 }
 
 /* Prefill T x [out, in] through the backend op, quantized 4/64 or dense BF16. */
@@ -145,12 +225,11 @@ static double prefill_tflops(struct tern_backend *be, const struct shape *s, int
     if (bits && (tern_dtensor_alloc(be, TERN_DTYPE_BF16, 2, ss, &w.scales) ||
                  tern_dtensor_alloc(be, TERN_DTYPE_BF16, 2, ss, &w.biases)))
         return -1;
-    uint64_t t0 = 0;
     double secs = 0;
     for (int pass = 0; pass < 2; pass++) {
         int n = pass ? 10 : 2;
         be->ops->sync(be);
-        t0 = tern_now_ns();
+        uint64_t t0 = tern_now_ns();
         for (int r = 0; r < n; r++)
             if (be->ops->matmul(be, &x, &w, &y, 0) != TERN_OK) {
                 fprintf(stderr, "matmul: %s\n", tern_last_error());
@@ -169,153 +248,60 @@ static double prefill_tflops(struct tern_backend *be, const struct shape *s, int
     return 2.0 * T * (double)s->out * (double)s->in / secs / 1e12;
 }
 
-cudaError_t tk_qgemv_v2(cudaStream_t st, const struct tk_qmat *m, const void *x, int64_t x_stride,
-                        void *y, int64_t y_stride, int n_tok, int64_t in, int64_t out, int rows);
-cudaError_t tk_qdequant_v2(cudaStream_t st, const struct tk_qmat *m, int64_t rows, int64_t in,
-                           void *out);
-
-static double max_rel(const float *a, const float *b, size_t n)
+static void prefill(void)
 {
-    double md = 0, mr = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = a[i] - b[i];
-        if (d != d) return 1e30;
-        md = d < 0 ? (-d > md ? -d : md) : (d > md ? d : md);
-        mr = b[i] < 0 ? (-b[i] > mr ? -b[i] : mr) : (b[i] > mr ? b[i] : mr);
-    }
-    return md / (mr > 0 ? mr : 1);
-}
-
-/* v2 against v1 on one shape: agreement, then time per call (ms); tok_ms += per-token share. */
-static int lab_shape(const struct shape *s, int bits, int group, int rpw, double *tok_ms)
-{
-    size_t qb = (size_t)(s->out * s->in) * (size_t)bits / 8, sb = (size_t)(s->out * (s->in / group)) * 2;
-    void *q, *sc, *bi, *x, *y1, *y2, *d1, *d2;
-    size_t db = (size_t)(s->out * s->in) * 2;
-    CK(cudaMalloc(&q, qb));
-    CK(cudaMalloc(&sc, sb));
-    CK(cudaMalloc(&bi, sb));
-    CK(cudaMalloc(&x, (size_t)s->in * 16));
-    CK(cudaMalloc(&y1, (size_t)s->out * 32));
-    CK(cudaMalloc(&y2, (size_t)s->out * 32));
-    fill(q, qb);
-    fill(sc, sb);
-    fill(bi, sb);
-    fill(x, (size_t)s->in * 16);
-    struct tk_qmat m = {q, sc, bi, TK_BF16, bits, group};
-    double err = 0;
-    for (int nt = 1; nt <= 8; nt *= 2) {
-        CK(tk_qgemv(0, &m, x, TK_BF16, s->in, NULL, 0, y1, TK_F32, s->out, nt, s->in, s->out, 2));
-        CK(tk_qgemv_v2(0, &m, x, s->in, y2, s->out, nt, s->in, s->out, rpw));
-        size_t n = (size_t)(nt * s->out);
-        float *a = malloc(n * 4), *b = malloc(n * 4);
-        CK(cudaMemcpy(a, y2, n * 4, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(b, y1, n * 4, cudaMemcpyDeviceToHost));
-        double e = max_rel(a, b, n);
-        err = e > err ? e : err;
-        free(a);
-        free(b);
-    }
-    float ms = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        int n = pass ? reps : 3;
-        cudaEventRecord(ev0, 0);
-        for (int r = 0; r < n; r++) tk_qgemv_v2(0, &m, x, s->in, y2, s->out, 1, s->in, s->out, rpw);
-        cudaEventRecord(ev1, 0);
-        cudaEventSynchronize(ev1);
-        cudaEventElapsedTime(&ms, ev0, ev1);
-        ms /= (float)n;
-    }
-    *tok_ms += ms * (s->per_layer ? N_LAYERS : 1);
-    double derr = -1, dms = 0;
-    if (s->per_layer && cudaMalloc(&d1, db) == cudaSuccess && cudaMalloc(&d2, db) == cudaSuccess) {
-        CK(tk_qdequant(0, &m, s->out, s->in, NULL, s->out, d1, TK_BF16, s->in));
-        CK(tk_qdequant_v2(0, &m, s->out, s->in, d2));
-        size_t n = (size_t)(s->out * s->in);
-        uint16_t *a = malloc(n * 2), *b = malloc(n * 2);
-        float *fa = malloc(n * 4), *fb = malloc(n * 4);
-        CK(cudaMemcpy(a, d2, n * 2, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(b, d1, n * 2, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < n; i++) {
-            uint32_t ua = (uint32_t)a[i] << 16, ub = (uint32_t)b[i] << 16;
-            memcpy(&fa[i], &ua, 4);
-            memcpy(&fb[i], &ub, 4);
-        }
-        derr = max_rel(fa, fb, n);
-        free(a), free(b), free(fa), free(fb);
-        cudaEventRecord(ev0, 0);
-        for (int r = 0; r < 10; r++) tk_qdequant_v2(0, &m, s->out, s->in, d2);
-        cudaEventRecord(ev1, 0);
-        cudaEventSynchronize(ev1);
-        float t2;
-        cudaEventElapsedTime(&t2, ev0, ev1);
-        cudaEventRecord(ev0, 0);
-        for (int r = 0; r < 10; r++) tk_qdequant(0, &m, s->out, s->in, NULL, s->out, d1, TK_BF16, s->in);
-        cudaEventRecord(ev1, 0);
-        cudaEventSynchronize(ev1);
-        float t1;
-        cudaEventElapsedTime(&t1, ev0, ev1);
-        dms = t2 / 10;
-        printf("    dequant v1 %.1f us  v2 %.1f us  (v2 vs v1 rel %.1e)\n", t1 * 100, t2 * 100, derr);
-        cudaFree(d1);
-        cudaFree(d2);
-    }
-    (void)dms;
-    printf("  v2 %-10s q%d g%-3d R%d  %8.1f us  %7.0f GB/s  v2 vs v1 rel %.1e\n", s->name, bits,
-           group, rpw, ms * 1e3, (double)(qb + 2 * sb) / (ms / 1e3) / 1e9, err);
-    cudaFree(q), cudaFree(sc), cudaFree(bi), cudaFree(x), cudaFree(y1), cudaFree(y2);
-    return err < 1e-4 ? 0 : 1;
-}
-
-int main(int argc, char **argv)
-{
-    if (argc > 1) reps = atoi(argv[1]);
-    CK(cudaEventCreate(&ev0));
-    CK(cudaEventCreate(&ev1));
-    double bw = copy_bw();
-    printf("device copy bandwidth: %.0f GB/s (read + write)\n", bw);
-    struct { int bits, group, rpw; } cfg[] = {{0, 0, 0}, {4, 64, 2}, {4, 64, 4}, {4, 32, 4},
-                                             {4, 128, 4}, {8, 64, 2}, {8, 64, 4}, {2, 64, 4}};
-    int n_cfg = (int)(sizeof cfg / sizeof cfg[0]);
-    double tok_ms[16];
-    for (int i = 0; i < n_cfg; i++) {
-        printf("== decode GEMV, %s\n", cfg[i].bits ? "quantized" : "bf16");
-        tok_ms[i] = decode_config(cfg[i].bits, cfg[i].group, cfg[i].rpw);
-    }
     struct tern_backend_params p = {.device = TERN_DEVICE_CUDA};
     struct tern_backend *be = NULL;
     if (tern_backend_create(&p, &be) != TERN_OK) {
         fprintf(stderr, "backend: %s\n", tern_last_error());
-        return 1;
+        return;
     }
     printf("== prefill T=2048 through the matmul op (TFLOP/s)\n");
-    double q_fl = 0, d_fl = 0; /* time-weighted over one layer */
     for (int i = 0; i < N_SHAPES - 1; i++) {
         double tq = prefill_tflops(be, &SHAPES[i], 4, 2048), td = prefill_tflops(be, &SHAPES[i], 0, 2048);
-        double flop = 2.0 * 2048 * (double)SHAPES[i].out * (double)SHAPES[i].in;
-        q_fl += flop / (tq * 1e12);
-        d_fl += flop / (td * 1e12);
-        printf("  %-10s q4g64 %6.1f  bf16 %6.1f  (%.0f%%)\n", SHAPES[i].name, tq, td, 100 * tq / td);
+        printf("  %-8s q4g64 %6.1f  bf16 %6.1f  (%.0f%%)\n", SHAPES[i].name, tq, td, 100 * tq / td);
     }
     tern_backend_destroy(be);
-    printf("== lab v2 kernels (validated against v1 first)\n");
-    struct { int bits, group, rpw; } lab[] = {{4, 64, 2}, {4, 64, 4}, {4, 32, 4}, {4, 128, 4}, {8, 64, 2}};
-    double lab_ms[8] = {0};
-    int lab_bad[8] = {0};
-    for (int i = 0; i < 5; i++)
-        for (int j = 0; j < N_SHAPES; j++)
-            lab_bad[i] |= lab_shape(&SHAPES[j], lab[i].bits, lab[i].group, lab[i].rpw, &lab_ms[i]);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1) samples = atoi(argv[1]);
+    if (samples < 1) samples = 1;
+    CK(cudaEventCreate(&ev0));
+    CK(cudaEventCreate(&ev1));
+    copy_gbs = copy_bw();
+    printf("device copy bandwidth: %.0f GB/s (read + write, median of 5)\n", copy_gbs);
+    double tok_ms[N_CFGS] = {0};
+    int bad = 0;
+    printf("%-8s %-16s %-9s %9s %9s %8s %7s %9s %s\n", "shape", "[out x in]", "kernel", "us",
+           "floor us", "GB/s", "%floor", "vs v1", "T=1 vs T=8");
+    for (int j = 0; j < N_SHAPES; j++) {
+        const struct shape *s = &SHAPES[j];
+        for (int i = 0; i < N_CFGS; i++) {
+            const struct cfg *c = &CFGS[i];
+            double gbs, err;
+            int inv;
+            double ms = time_cfg(c, s, &gbs, &err, &inv);
+            double bytes = gbs * 1e9 * (ms / 1e3);
+            char kn[32];
+            snprintf(kn, sizeof kn, "q%d g%d %s T%d", c->bits, c->group, KNAME[c->kernel], c->n_tok);
+            printf("%-8s [%6lld x %5lld] %-18s %7.1f %9.1f %8.0f %6.1f%%", s->name,
+                   (long long)s->out, (long long)s->in, kn, ms * 1e3,
+                   bytes / copy_gbs / 1e3, gbs, 100.0 * gbs / copy_gbs);
+            if (err >= 0) printf(" %9.1e %s", err, inv ? "bitwise equal" : "DIFFERS");
+            printf("\n");
+            if (err >= 0 && (err > 1e-4 || !inv)) bad = 1;
+            tok_ms[i] += ms * (s->per_layer ? N_LAYERS : 1);
+        }
+    }
+    if (argc > 2 && strcmp(argv[2], "prefill") == 0) prefill();
     printf("==== summary ====\n");
-    for (int i = 0; i < 5; i++)
-        printf("lab v2 q%d g%-3d R%d: %.3f ms -> %.0f tok/s (GEMV only)%s\n", lab[i].bits,
-               lab[i].group, lab[i].rpw, lab_ms[i], 1e3 / lab_ms[i],
-               lab_bad[i] ? "  DISAGREES WITH v1" : "");
-    printf("copy bandwidth %.0f GB/s\n", bw);
-    for (int i = 0; i < n_cfg; i++)
-        printf("decode weights/token %-5s g%-3d R%d: %.3f ms -> %.0f tok/s (GEMV only)\n",
-               cfg[i].bits ? (cfg[i].bits == 4 ? "q4" : cfg[i].bits == 8 ? "q8" : "q2") : "bf16",
-               cfg[i].group, cfg[i].rpw, tok_ms[i], 1e3 / tok_ms[i]);
-    printf("prefill 2048, one layer's matmuls: q4g64 at %.0f%% of the bf16 rate\n",
-           100.0 * d_fl / q_fl);
-    return 0;
+    printf("copy bandwidth %.0f GB/s\n", copy_gbs);
+    for (int i = 0; i < N_CFGS; i++)
+        printf("decode weights/token q%d g%-3d %-3s T=%d: %.3f ms -> %.0f tok/s (GEMV only)\n",
+               CFGS[i].bits, CFGS[i].group, KNAME[CFGS[i].kernel], CFGS[i].n_tok, tok_ms[i],
+               1e3 / tok_ms[i]);
+    printf("tensor-core kernel vs v1 and batch invariance: %s\n", bad ? "FAILED" : "ok");
+    return bad;
 }

@@ -8,6 +8,13 @@
  * the quantized table. Inputs are BF16-exact on both sides. Skipped without
  * a CUDA device.
  *
+ * The tensor-core GEMV (cuda_quant_mma.cu, the default for 4/8 bits with
+ * BF16 / F16 scales) is checked at every T = 1..8, with 333 output rows (not
+ * a multiple of its 16-row tile) and shapes that give each K split (1, 2, 8
+ * warps per tile); the same weights through TERN_QUANT_KERNEL=v1 too; and
+ * for batch invariance: each token of a T = 8 launch bitwise equal to the
+ * same token alone (T = 1).
+ *
  * Tolerances (max |diff| / max |ref|): the GEMV accumulates in float32 like
  * the CPU, in another order: 1e-4. The cuBLASLt path multiplies BF16-rounded
  * weights (half an ulp, 2^-9 relative): 1e-2. get_rows: 1e-6.
@@ -22,7 +29,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static struct tern_backend *cpu, *gpu, *gpu_det;
+#ifdef TERN_HAVE_CUDA
+#include "backend/cuda/cuda_quant.h" /* tk_qgemv_mma_ok / _split: which kernel a shape gets */
+#endif
+
+static struct tern_backend *cpu, *gpu, *gpu_det, *gpu_v1;
 static uint64_t rng = 88172645463325252ull;
 
 static float frand(void)
@@ -74,7 +85,7 @@ static struct qhost qhost_make(int64_t out, int64_t in, int bits, int g, enum te
     h.s = tern_malloc((size_t)(out * ng) * 4);
     h.b = tern_malloc((size_t)(out * ng) * 4);
     h.bias = tern_malloc((size_t)out * 2);
-    float *row = tern_malloc((size_t)in * 4), sc[64], bi[64];
+    float *row = tern_malloc((size_t)in * 4), sc[128], bi[128];
     for (int64_t o = 0; o < out; o++) {
         for (int64_t i = 0; i < in; i++) row[i] = frand() * 0.1f;
         tern_quant_affine_row(row, in, bits, g, h.q + o * words, sc, bi);
@@ -108,6 +119,8 @@ static void lin_free(struct tern_backend *be, struct tern_linear *l)
     if (l->bias.buf) tern_dtensor_free(be, &l->bias);
 }
 
+/* y = x w^T on the CPU and on g for random BF16 x [T, in]; returns the max
+ * rel err. */
 static double run_matmul(struct tern_backend *g, struct tern_linear *lg, struct tern_linear *lc,
                          int64_t T, int64_t in, int64_t out)
 {
@@ -154,6 +167,84 @@ static double run_get_rows(struct tern_linear *lg, struct tern_linear *lc, int64
     return e;
 }
 
+/* Downloads y = x w^T from g for BF16 x [T, in] (host bits xb). */
+static float *gpu_y(struct tern_backend *g, struct tern_linear *lg, const uint16_t *xb, int64_t T,
+                    int64_t in, int64_t out)
+{
+    int64_t xs[2] = {T, in}, ys[2] = {T, out};
+    struct tern_dtensor xg = up(g, TERN_DTYPE_BF16, 2, xs, xb), yg = up(g, TERN_DTYPE_F32, 2, ys, NULL);
+    ok(g->ops->matmul(g, &xg, lg, &yg, 0));
+    float *r = down(g, &yg);
+    tern_dtensor_free(g, &xg);
+    tern_dtensor_free(g, &yg);
+    return r;
+}
+
+/* Each token of a T = 8 launch bitwise equal to the same token alone. */
+static void check_batch_invariant(struct tern_linear *lg, int64_t in, int64_t out, const char *what)
+{
+    uint16_t *xb = tern_malloc((size_t)(8 * in) * 2);
+    for (int64_t i = 0; i < 8 * in; i++) xb[i] = tern_f32_to_bf16(frand());
+    float *y8 = gpu_y(gpu, lg, xb, 8, in, out);
+    for (int64_t t = 0; t < 8; t++) {
+        float *y1 = gpu_y(gpu, lg, xb + t * in, 1, in, out);
+        if (memcmp(y1, y8 + t * out, (size_t)out * 4) != 0)
+            fail_msg("%s: token %d alone differs from the same token in a batch of 8", what, (int)t);
+        tern_free(y1);
+    }
+    tern_free(y8);
+    tern_free(xb);
+}
+
+/* True where the default GEMV is the tensor-core one (16-byte aligned operands). */
+static bool mma_applies(int bits, int g, enum tern_dtype sdt, int64_t in, int64_t out)
+{
+#ifdef TERN_HAVE_CUDA
+    struct tk_qmat m = {.q = (void *)256, .scales = (void *)256, .biases = (void *)256,
+                        .sdt = sdt == TERN_DTYPE_BF16 ? TK_BF16 : sdt == TERN_DTYPE_F16 ? TK_F16 : TK_F32,
+                        .bits = bits, .group = g};
+    return tk_qgemv_mma_ok(&m, (void *)256, TK_BF16, in, in, out) != 0;
+#else
+    (void)bits, (void)g, (void)sdt, (void)in, (void)out;
+    return false;
+#endif
+}
+
+/* The GEMV at T = 1..8 on both kernels, against the CPU; batch invariance. */
+static double check_gemv(int bits, int g, enum tern_dtype sdt, int64_t out, int64_t in)
+{
+    struct qhost h = qhost_make(out, in, bits, g, sdt);
+    bool mma = mma_applies(bits, g, sdt, in, out);
+    double worst = 0, worst_v1 = 0;
+    for (int wb = 0; wb < 2; wb++) {
+        struct tern_linear lc = lin_on(cpu, &h, out, in, bits, g, wb);
+        struct tern_linear lg = lin_on(gpu, &h, out, in, bits, g, wb);
+        struct tern_linear l1 = lin_on(gpu_v1, &h, out, in, bits, g, wb);
+        for (int64_t T = 1; T <= 8; T++) {
+            double e = run_matmul(gpu, &lg, &lc, T, in, out);
+            if (e > worst) worst = e;
+            e = run_matmul(gpu_v1, &l1, &lc, T, in, out);
+            if (e > worst_v1) worst_v1 = e;
+        }
+        char what[64];
+        snprintf(what, sizeof what, "b%d g%d %s [%d x %d]", bits, g, tern_dtype_name(sdt), (int)out,
+                 (int)in);
+        check_batch_invariant(&lg, in, out, what);
+        lin_free(cpu, &lc);
+        lin_free(gpu, &lg);
+        lin_free(gpu_v1, &l1);
+    }
+    printf("  b%d g%-3d %-4s [%5d x %4d] T=1..8 %s rel err %.2e  v1 %.2e  (batch-invariant)\n",
+           bits, g, tern_dtype_name(sdt), (int)out, (int)in, mma ? "mma" : "v1 ", worst, worst_v1);
+    if (!(worst <= 1e-4)) fail_msg("b%d g%d: gemv rel err %.2e", bits, g, worst);
+    if (!(worst_v1 <= 1e-4)) fail_msg("b%d g%d: v1 gemv rel err %.2e", bits, g, worst_v1);
+    tern_free(h.q);
+    tern_free(h.s);
+    tern_free(h.b);
+    tern_free(h.bias);
+    return worst;
+}
+
 static void check_combo(int bits, int g, enum tern_dtype sdt)
 {
     const int64_t out = 320, in = 768;
@@ -187,6 +278,35 @@ static void check_combo(int bits, int g, enum tern_dtype sdt)
     tern_free(h.bias);
 }
 
+/* Every bits x group (BF16 scales) and 4/8 bits with F16 scales through the
+ * GEMV at T = 1..8 with 333 rows; then shapes for each K split of the
+ * tensor-core kernel (tk_qgemv_mma_split: 8, 2 and 1 warps per tile). */
+static void test_gemv_all_t(void **state)
+{
+    (void)state;
+    if (!gpu) skip();
+    static const int bits[] = {2, 3, 4, 5, 6, 8}, groups[] = {32, 64, 128};
+    for (int i = 0; i < 6; i++)
+        for (int j = 0; j < 3; j++) check_gemv(bits[i], groups[j], TERN_DTYPE_BF16, 333, 768);
+    for (int i = 0; i < 3; i++) {
+        check_gemv(4, groups[i], TERN_DTYPE_F16, 333, 768);
+        check_gemv(8, groups[i], TERN_DTYPE_F16, 333, 768);
+    }
+    check_gemv(4, 64, TERN_DTYPE_BF16, 40, 4096);    /* 8 warps per tile */
+    check_gemv(8, 128, TERN_DTYPE_F16, 40, 2048);    /* 8 warps per tile */
+    check_gemv(4, 32, TERN_DTYPE_BF16, 16392, 512);  /* 2 warps per tile */
+    check_gemv(4, 128, TERN_DTYPE_BF16, 32775, 256); /* 1 warp per tile */
+    check_gemv(8, 64, TERN_DTYPE_BF16, 32775, 128);  /* 1 warp per tile */
+#ifdef TERN_HAVE_CUDA
+    if (tk_qgemv_mma_split(4, 4096, 40) != 8 || tk_qgemv_mma_split(4, 512, 16392) != 2 ||
+        tk_qgemv_mma_split(4, 256, 32775) != 1)
+        fail_msg("tk_qgemv_mma_split: the test shapes no longer cover 8, 2 and 1 warps per tile");
+#endif
+    if (!mma_applies(4, 64, TERN_DTYPE_BF16, 4096, 4096) || !mma_applies(8, 32, TERN_DTYPE_F16, 128, 8) ||
+        mma_applies(4, 64, TERN_DTYPE_F32, 4096, 4096) || mma_applies(2, 64, TERN_DTYPE_BF16, 4096, 4096))
+        fail_msg("tk_qgemv_mma_ok: unexpected coverage");
+}
+
 static void test_all_combos(void **state)
 {
     (void)state;
@@ -212,12 +332,17 @@ static int setup(void **state)
     ok(tern_backend_create(&p, &gpu));
     p.deterministic = true;
     ok(tern_backend_create(&p, &gpu_det));
+    p.deterministic = false;
+    setenv("TERN_QUANT_KERNEL", "v1", 1);
+    ok(tern_backend_create(&p, &gpu_v1));
+    unsetenv("TERN_QUANT_KERNEL");
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
+    tern_backend_destroy(gpu_v1);
     tern_backend_destroy(gpu_det);
     tern_backend_destroy(gpu);
     tern_backend_destroy(cpu);
@@ -226,6 +351,7 @@ static int teardown(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_all_combos)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_gemv_all_t),
+                                       cmocka_unit_test(test_all_combos)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }

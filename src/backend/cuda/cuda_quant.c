@@ -10,8 +10,10 @@
  * (stream-ordered, graph-capturable, reused by the pool without returning to
  * the driver once the release threshold is raised), so no per-layer scratch
  * has to be sized up front. The backend's qgemv_version / qdequant_version
- * (TERN_QUANT_KERNEL; default GEMV v1, dequantize v2) pick v1 (cuda_quant.cu)
- * or, where it applies, v2 (cuda_quant_v2.cu) of each kernel.
+ * (TERN_QUANT_KERNEL; default: the tensor-core GEMV of cuda_quant_mma.cu,
+ * "v3", and the v2 dequantize) pick v1 (cuda_quant.cu), v2
+ * (cuda_quant_v2.cu) or v3 of the GEMV and v1 or v2 of the dequantize,
+ * each where it applies; v1 is the fallback for every operand.
  * Depends on cuda_internal.h, cuda_quant.h.
  */
 #include "backend/cuda/cuda_quant.h"
@@ -67,6 +69,11 @@ enum tern_status tern_cuda_matmul_quant(struct tern_cuda *c, const struct tern_d
         /* 4 rows per warp share each x load at batch 1-2; more tokens need
          * the registers for their sums (dev/kernels/bench_quant.c measures both). */
         const void *xp = tern_cuda_ptr(x);
+        if (c->qgemv_version == 3 && tk_qgemv_mma_ok(&m, xp, (int)x->dtype, in, in, out)) {
+            cudaError_t e = tk_qgemv_mma(c->stream, &m, xp, in, bias, bdt, y, ydt, ys, T, in, out);
+            if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv_mma", (int)e, __FILE__, __LINE__);
+            return TERN_OK;
+        }
         if (c->qgemv_version == 2 && tk_qgemv2_ok(&m, xp, (int)x->dtype, in, in, out)) {
             cudaError_t e = tk_qgemv2(c->stream, &m, xp, in, bias, bdt, y, ydt, ys, T, in, out);
             if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv2", (int)e, __FILE__, __LINE__);
