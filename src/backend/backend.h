@@ -122,6 +122,48 @@ struct tern_kv_layer {
     struct tern_dtensor v; /* [n_blocks, block_size, n_kv_heads, head_dim] */
 };
 
+/* One row's settings for the sample op (56 bytes, device layout). */
+#define TERN_SAMPLE_DEV_MAX_TOP 20
+struct tern_sample_dev {
+    float temperature; /* 0 = greedy (argmax of the processed row) */
+    int32_t top_k;     /* <= 0 = off */
+    float top_p;       /* 1 = off */
+    float min_p;       /* 0 = off */
+    uint64_t seed;
+    uint32_t stream;
+    int32_t n_top;     /* top_logprobs alternatives, 0 .. TERN_SAMPLE_DEV_MAX_TOP */
+    uint64_t step;
+    int32_t edit0;     /* this row's edits: edits[edit0, edit0 + n_edit) */
+    int32_t n_edit;    /* 0 = the raw row is sampled as it is */
+    int32_t logprob;   /* 1 = compute the token's raw logprob */
+    int32_t pad;
+};
+
+/* A logit edit (penalties, logit_bias), one per distinct token of a row,
+ * applied in sample/sample.h's order: repetition, then x -= sub, then
+ * x += bias. */
+#define TERN_SAMPLE_EDIT_REP 1u
+#define TERN_SAMPLE_EDIT_SUB 2u
+#define TERN_SAMPLE_EDIT_BIAS 4u
+struct tern_sample_edit {
+    int32_t id;
+    uint32_t flags; /* TERN_SAMPLE_EDIT_* */
+    float rep;      /* repetition_penalty */
+    float sub;      /* frequency * count + presence */
+    float bias;
+};
+
+/* The sample op's operands: n rows of logits are sampled, one
+ * tern_sample_dev each. */
+struct tern_sample_io {
+    const struct tern_dtensor *params; /* U8, n tern_sample_dev */
+    const struct tern_dtensor *edits;  /* U8 tern_sample_edit entries; NULL = no row has edits */
+    struct tern_dtensor *scratch;      /* F32 [n, vocab] (rows with edits); NULL = no edits */
+    struct tern_dtensor *res;          /* I32 [n, 2]: token, logprob (F32 bits) */
+    struct tern_dtensor *top;          /* I32 [n, 2 * TERN_SAMPLE_DEV_MAX_TOP]: ids, then
+                                        * logprobs (F32 bits); NULL = no row has n_top */
+};
+
 struct tern_backend_ops {
     const char *name;
     void (*destroy)(struct tern_backend *be);
@@ -204,6 +246,15 @@ struct tern_backend_ops {
     /* out[r] = argmax of row r of logits [n, vocab] F32 (first index on ties). */
     enum tern_status (*argmax)(struct tern_backend *be, const struct tern_dtensor *logits,
                                struct tern_dtensor *out);
+    /* optional (NULL on CPU): res[r] = the token sample/sample.h's
+     * sampler draws from row r of logits [n, vocab] F32 under params[r]
+     * (edits, temperature or greedy, top_k, top_p, min_p, the (seed, stream,
+     * step) RNG) and the raw log-softmax of it; top[r] = the n_top best raw
+     * logprobs. Sums run in double in another order than the CPU's: a draw
+     * can differ only when a cumulative sum is within rounding of u * z or
+     * of top_p. */
+    enum tern_status (*sample)(struct tern_backend *be, const struct tern_dtensor *logits,
+                               const struct tern_sample_io *io);
 
     /* ---- optional: capture and replay (NULL where unsupported, e.g. CPU) ----
      * Between graph_begin and graph_end the ops above (not the memory calls)

@@ -162,10 +162,15 @@ static void apply_penalties(struct tern_sampler *s, const struct tern_sample_par
         for (int32_t i = c->n_prompt; i < c->n_tokens; i++) {
             int32_t t = c->tokens[i];
             if (t < 0 || t >= V || s->count[t] == 0) continue;
-            x[t] -= p->frequency_penalty * (float)s->count[t] + p->presence_penalty;
+            x[t] -= tern_sample_penalty_sub(p, s->count[t]);
             s->count[t] = 0;
         }
     }
+}
+
+float tern_sample_penalty_sub(const struct tern_sample_params *p, int32_t count)
+{
+    return p->frequency_penalty * (float)count + p->presence_penalty;
 }
 
 static int cand_cmp(const void *a, const void *b)
@@ -272,15 +277,18 @@ static enum tern_status process(struct tern_sampler *s, const float *logits,
     return TERN_OK;
 }
 
-/* Fills top[] with the n best raw logits (descending, lower id on ties). */
+static inline float no_nan(float v) { return isnan(v) ? -INFINITY : v; }
+
+/* Fills top[] with the n best raw logits (descending, NaN as -inf, lower id
+ * on ties). */
 static void raw_top(const float *logits, int32_t V, int32_t n, int32_t *ids)
 {
     int32_t k = 0;
     for (int32_t i = 0; i < V; i++) {
-        float v = isnan(logits[i]) ? -INFINITY : logits[i];
-        if (k == n && !(v > logits[ids[n - 1]])) continue;
+        float v = no_nan(logits[i]);
+        if (k == n && !(v > no_nan(logits[ids[n - 1]]))) continue;
         int32_t j = k < n ? k++ : n - 1;
-        while (j > 0 && v > logits[ids[j - 1]]) {
+        while (j > 0 && v > no_nan(logits[ids[j - 1]])) {
             ids[j] = ids[j - 1];
             j--;
         }

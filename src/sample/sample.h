@@ -2,7 +2,10 @@
  * sample.h — turning one row of logits into one token, on the CPU: logit
  * processors (penalties, bias), greedy or random sampling with temperature,
  * top-k, top-p and min-p, a counter-based RNG, and logprobs of the raw
- * distribution. (A device version comes later; this one is its reference.)
+ * distribution. This is the reference; on CUDA the engine runs the same
+ * processing on the device (backend sample op, src/backend/cuda/
+ * cuda_sample.cu) and downloads only ids and requested logprobs; rows it
+ * cannot take (a logit_bias naming one token twice) come here.
  *
  * Order of processing, for one row x = logits[vocab] (the input is not
  * modified; work happens in the sampler's scratch):
@@ -118,6 +121,11 @@ enum tern_status tern_sampler_sample(struct tern_sampler *s, const float *logits
 enum tern_status tern_sampler_probs(struct tern_sampler *s, const float *logits,
                                     const struct tern_sample_params *p,
                                     const struct tern_sample_ctx *ctx, float *probs);
+
+/* What frequency and presence penalties subtract from the logit of a
+ * token generated count (> 0) times; the device path calls it too, so both
+ * subtract the same float. */
+float tern_sample_penalty_sub(const struct tern_sample_params *p, int32_t count);
 
 /* Philox4x32-10 (Salmon et al. 2011, Random123): one block of 4 random
  * words for counter ctr under key. */

@@ -357,6 +357,29 @@ static enum tern_status cu_argmax(struct tern_backend *be, const struct tern_dte
                     "tk_argmax");
 }
 
+static enum tern_status cu_sample(struct tern_backend *be, const struct tern_dtensor *logits,
+                                  const struct tern_sample_io *io)
+{
+    int64_t n, vocab;
+    rows_width(logits, &n, &vocab);
+    size_t pbytes = tern_dtensor_numel(io->params) * tern_dtype_size(io->params->dtype);
+    TERN_TRY(need(logits->dtype == TERN_DTYPE_F32 && io->res->dtype == TERN_DTYPE_I32 &&
+                      (int64_t)tern_dtensor_numel(io->res) >= 2 * n &&
+                      pbytes >= (size_t)n * sizeof(struct tern_sample_dev) &&
+                      (!io->edits || (io->scratch && io->scratch->dtype == TERN_DTYPE_F32 &&
+                                      (int64_t)tern_dtensor_numel(io->scratch) >= n * vocab)) &&
+                      (!io->top || (int64_t)tern_dtensor_numel(io->top) >=
+                                       2 * TERN_SAMPLE_DEV_MAX_TOP * n),
+                  "sample", "logits F32 [n, vocab], params n tern_sample_dev, res I32 [n, 2], "
+                            "scratch F32 [n, vocab] with edits, top I32 [n, 40]"));
+    return launched(tk_sample(tern_cuda_of(be)->stream, tern_cuda_ptr(logits), n, vocab,
+                              tern_cuda_ptr(io->params),
+                              io->edits ? tern_cuda_ptr(io->edits) : NULL,
+                              io->edits ? (float *)tern_cuda_ptr(io->scratch) : NULL,
+                              tern_cuda_ptr(io->res), io->top ? tern_cuda_ptr(io->top) : NULL),
+                    "tk_sample");
+}
+
 /* ------------------------------------------------------------ graphs */
 
 struct tern_graph {
@@ -465,6 +488,7 @@ static const struct tern_backend_ops cuda_ops = {
     .silu_mul = cu_silu_mul,
     .add = cu_add,
     .argmax = cu_argmax,
+    .sample = cu_sample,
     .graph_begin = tern_cuda_graph_begin,
     .graph_end = tern_cuda_graph_end,
     .graph_launch = tern_cuda_graph_launch,

@@ -67,6 +67,13 @@ cudaError_t tk_add(cudaStream_t st, const void *a, const void *b, int bdt, void 
 /* out[r] = first index of the maximum of row r (F32 logits, I32 out). */
 cudaError_t tk_argmax(cudaStream_t st, const float *logits, int64_t n_rows, int64_t vocab,
                       int32_t *out);
+/* res[r] = {token, raw logprob bits} drawn from row r under params[r]
+ * (struct tern_sample_dev, 56 bytes each; edits: struct tern_sample_edit,
+ * 20 bytes; scratch [n_rows, vocab] for rows with edits); top[r] = 20 ids
+ * then 20 logprob bits, or NULL (cuda_sample.cu). */
+cudaError_t tk_sample(cudaStream_t st, const float *logits, int64_t n_rows, int64_t vocab,
+                      const void *params, const void *edits, float *scratch, int32_t *res,
+                      int32_t *top);
 /* y[t, c] += bias[c] for c < n_out (y rows of stride y_stride). */
 cudaError_t tk_bias_add(cudaStream_t st, void *y, int ydt, int64_t y_stride, const void *bias,
                         int bdt, int64_t n_tok, int64_t n_out);
