@@ -46,6 +46,21 @@ struct tern_engine {
     struct tern_host_batch hb;
     struct tern_sched *sched;
     struct tern_sampler *sampler;
+    /* device sampling (loop.c): state 0 = not set up yet, 1 = on, -1 = off */
+    int gsamp_state;
+    struct tern_dtensor gsamp_params;  /* U8 [max_logits tern_sample_dev] */
+    struct tern_dtensor gsamp_res;     /* I32 [max_logits, 2] */
+    struct tern_dtensor gsamp_top;     /* I32 [max_logits, 2 * TERN_SAMPLE_DEV_MAX_TOP] */
+    struct tern_dtensor gsamp_edits;   /* U8 [gsamp_edit_cap tern_sample_edit], on demand */
+    struct tern_dtensor gsamp_scratch; /* F32 [max_logits, vocab], on first edit */
+    struct tern_sample_dev *gsamp_host; /* [max_logits] */
+    int32_t *gsamp_res_host;            /* [max_logits, 2] */
+    int32_t *gsamp_top_host;            /* [max_logits, 2 * TERN_SAMPLE_DEV_MAX_TOP] */
+    bool *gsamp_on;                     /* [max_logits] row r drawn on the device */
+    struct tern_sample_edit *gsamp_edit_host; /* [gsamp_edit_cap] */
+    int64_t gsamp_edit_cap;
+    int32_t *gsamp_slot;  /* [vocab] -1, or the token's edit in the row being built */
+    int32_t *gsamp_count; /* [vocab] 0 between rows */
 
     pthread_mutex_t mu, step_mu;
     pthread_cond_t cv;
@@ -61,6 +76,8 @@ struct tern_engine {
 
 enum tern_status tern_engine_host_batch_init(struct tern_engine *e);
 void tern_engine_host_batch_deinit(struct tern_engine *e);
+/* Frees what device sampling set up (loop.c). */
+void tern_engine_gsample_deinit(struct tern_engine *e);
 /* Stops the step loop and ends every request (cancelled). */
 void tern_engine_stop_loop(struct tern_engine *e);
 /* Runs one forward of a solo sequence over blocks taken from the pool. */

@@ -7,11 +7,20 @@
  * 1 over block 0: their attention reads one cached row and their outputs
  * are ignored), so that few launch shapes occur and each is replayed from
  * a captured graph. Greedy rows without logprobs or logit processors take
- * their token from an argmax on the device and only the ids come back;
- * other rows download their logits row for the CPU sampler.
+ * their token from an argmax on the device and only the ids come back.
+ * Every other row is sampled on the device when the backend has a sample
+ * op (CUDA; TERN_GPU_SAMPLE=0 turns it off), with the CPU sampler's
+ * processors and draw: penalties and logit_bias go up as per-token edits,
+ * and only ids and requested logprobs come back. Rows the device cannot
+ * take exactly (a logit_bias naming one token twice), and every row
+ * without a sample op, download their logits row for the CPU sampler.
  */
 #include "engine/stream.h"
 
+_Static_assert(TERN_SAMPLE_DEV_MAX_TOP == TERN_SAMPLE_MAX_TOP_LOGPROBS,
+               "the device returns as many top logprobs as the CPU sampler");
+
+#include <stdlib.h>
 #include <string.h>
 
 /* Ends a stream that never reached the scheduler (cancelled or failed). */
@@ -143,16 +152,229 @@ static bool argmax_on_device(const struct tern_stream *s)
            p->frequency_penalty == 0.0f && p->n_bias == 0;
 }
 
+/* Rows the device sampler may take: every non-plain-argmax row, once device
+ * sampling is on (gsample_row may still hand one back to the CPU). */
+static bool sample_on_device(const struct tern_engine *e, const struct tern_stream *s)
+{
+    return e->gsamp_state > 0 && !argmax_on_device(s);
+}
+
+void tern_engine_gsample_deinit(struct tern_engine *e)
+{
+    struct tern_backend *be = e->model->core.be;
+    struct tern_dtensor *ts[5] = {&e->gsamp_params, &e->gsamp_res, &e->gsamp_top, &e->gsamp_edits,
+                                  &e->gsamp_scratch};
+    for (int i = 0; i < 5; i++)
+        if (ts[i]->buf) tern_dtensor_free(be, ts[i]);
+    tern_free(e->gsamp_host);
+    tern_free(e->gsamp_res_host);
+    tern_free(e->gsamp_top_host);
+    tern_free(e->gsamp_on);
+    tern_free(e->gsamp_edit_host);
+    tern_free(e->gsamp_slot);
+    tern_free(e->gsamp_count);
+    e->gsamp_host = NULL;
+    e->gsamp_res_host = e->gsamp_top_host = e->gsamp_slot = e->gsamp_count = NULL;
+    e->gsamp_on = NULL;
+    e->gsamp_edit_host = NULL;
+    e->gsamp_edit_cap = 0;
+}
+
+/* Sets up device sampling once (on by default where the backend has a
+ * sample op; TERN_GPU_SAMPLE=0 turns it off): buffers for max_logits rows. */
+static enum tern_status gsample_init(struct tern_engine *e)
+{
+    struct tern_backend *be = e->model->core.be;
+    const char *env = getenv("TERN_GPU_SAMPLE");
+    e->gsamp_state = -1;
+    if (!be->ops->sample || (env && strcmp(env, "0") == 0)) return TERN_OK;
+    int32_t V = e->model->core.hp.vocab_size;
+    int64_t n = e->max_logits, nb = n * (int64_t)sizeof(struct tern_sample_dev);
+    int64_t sr[2] = {n, 2}, stp[2] = {n, 2 * TERN_SAMPLE_DEV_MAX_TOP};
+    enum tern_status st;
+    if ((st = tern_dtensor_alloc(be, TERN_DTYPE_U8, 1, &nb, &e->gsamp_params)) ||
+        (st = tern_dtensor_alloc(be, TERN_DTYPE_I32, 2, sr, &e->gsamp_res)) ||
+        (st = tern_dtensor_alloc(be, TERN_DTYPE_I32, 2, stp, &e->gsamp_top)))
+        goto fail;
+    e->gsamp_host = tern_calloc((size_t)n, sizeof *e->gsamp_host);
+    e->gsamp_res_host = tern_calloc((size_t)n * 2, 4);
+    e->gsamp_top_host = tern_calloc((size_t)n * 2 * TERN_SAMPLE_DEV_MAX_TOP, 4);
+    e->gsamp_on = tern_calloc((size_t)n, sizeof *e->gsamp_on);
+    e->gsamp_slot = tern_malloc((size_t)V * 4);
+    e->gsamp_count = tern_calloc((size_t)V, 4);
+    if (!e->gsamp_host || !e->gsamp_res_host || !e->gsamp_top_host || !e->gsamp_on ||
+        !e->gsamp_slot || !e->gsamp_count) {
+        st = TERN_E_NO_MEMORY;
+        goto fail;
+    }
+    memset(e->gsamp_slot, 0xff, (size_t)V * 4);
+    e->gsamp_state = 1;
+    return TERN_OK;
+fail:
+    tern_engine_gsample_deinit(e);
+    return st;
+}
+
+/* The edit of token t in the row being built (from edit0), made on first use. */
+static struct tern_sample_edit *edit_of(struct tern_engine *e, int32_t t, int64_t *n_edit)
+{
+    if (e->gsamp_slot[t] < 0) {
+        e->gsamp_slot[t] = (int32_t)*n_edit;
+        e->gsamp_edit_host[(*n_edit)++] = (struct tern_sample_edit){t, 0, 1.0f, 0.0f, 0.0f};
+    }
+    return &e->gsamp_edit_host[e->gsamp_slot[t]];
+}
+
+/* Appends row r's logit edits (penalties over its tokens, logit_bias) at
+ * edits[*n_edit...], as sample.c applies them. False when the row must go
+ * to the CPU: a logit_bias naming one token twice (the CPU adds both, in
+ * order; one edit holds one bias). */
+static bool gsample_edits(struct tern_engine *e, const struct tern_sched_sample *sm,
+                          const struct tern_sample_params *p, int64_t *n_edit)
+{
+    int32_t V = e->model->core.hp.vocab_size;
+    int64_t first = *n_edit;
+    bool ok = true;
+    if (p->repetition_penalty != 1.0f)
+        for (int32_t i = 0; i < sm->n_tokens; i++) {
+            int32_t t = sm->tokens[i];
+            if (t < 0 || t >= V) continue;
+            struct tern_sample_edit *d = edit_of(e, t, n_edit);
+            d->flags |= TERN_SAMPLE_EDIT_REP;
+            d->rep = p->repetition_penalty;
+        }
+    if (p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) {
+        for (int32_t i = sm->n_prompt; i < sm->n_tokens; i++)
+            if (sm->tokens[i] >= 0 && sm->tokens[i] < V) e->gsamp_count[sm->tokens[i]]++;
+        for (int32_t i = sm->n_prompt; i < sm->n_tokens; i++) {
+            int32_t t = sm->tokens[i];
+            if (t < 0 || t >= V || e->gsamp_count[t] == 0) continue;
+            struct tern_sample_edit *d = edit_of(e, t, n_edit);
+            d->flags |= TERN_SAMPLE_EDIT_SUB;
+            d->sub = tern_sample_penalty_sub(p, e->gsamp_count[t]);
+            e->gsamp_count[t] = 0;
+        }
+    }
+    for (int32_t i = 0; i < p->n_bias; i++) {
+        struct tern_sample_edit *d = edit_of(e, p->bias_ids[i], n_edit);
+        ok &= !(d->flags & TERN_SAMPLE_EDIT_BIAS);
+        d->flags |= TERN_SAMPLE_EDIT_BIAS;
+        d->bias = p->bias_values[i];
+    }
+    for (int64_t i = first; i < *n_edit; i++) e->gsamp_slot[e->gsamp_edit_host[i].id] = -1;
+    if (!ok) *n_edit = first;
+    return ok;
+}
+
+/* Room for n more edits on the host and the device. */
+static enum tern_status gsample_reserve(struct tern_engine *e, int64_t n)
+{
+    if (n <= e->gsamp_edit_cap) return TERN_OK;
+    int64_t cap = e->gsamp_edit_cap ? e->gsamp_edit_cap : 4096;
+    while (cap < n) cap *= 2;
+    void *h = tern_realloc_array(e->gsamp_edit_host, (size_t)cap, sizeof *e->gsamp_edit_host);
+    if (!h) return TERN_E_NO_MEMORY;
+    e->gsamp_edit_host = h;
+    struct tern_backend *be = e->model->core.be;
+    if (e->gsamp_edits.buf) tern_dtensor_free(be, &e->gsamp_edits);
+    e->gsamp_edit_cap = 0;
+    int64_t nb = cap * (int64_t)sizeof(struct tern_sample_edit);
+    TERN_TRY(tern_dtensor_alloc(be, TERN_DTYPE_U8, 1, &nb, &e->gsamp_edits));
+    e->gsamp_edit_cap = cap;
+    return TERN_OK;
+}
+
+/* Fills row r's device settings and edits; gsamp_on[r] = false leaves the
+ * row to the CPU (it gets a cheap greedy setting and its result is unused). */
+static enum tern_status gsample_row(struct tern_engine *e, const struct tern_sched_sample *sm,
+                                    int32_t r, int64_t *n_edit)
+{
+    const struct tern_stream *s = sm->user;
+    const struct tern_sample_params *p = &s->sample;
+    struct tern_sample_dev d = {0};
+    int64_t edit0 = *n_edit;
+    e->gsamp_on[r] = sample_on_device(e, s);
+    if (e->gsamp_on[r]) {
+        TERN_TRY(gsample_reserve(e, *n_edit + sm->n_tokens + p->n_bias));
+        e->gsamp_on[r] = gsample_edits(e, sm, p, n_edit);
+    }
+    if (e->gsamp_on[r])
+        d = (struct tern_sample_dev){p->temperature, p->top_k, p->top_p, p->min_p, p->seed,
+                                     (uint32_t)sm->seq_idx, p->top_logprobs,
+                                     (uint64_t)sm->n_generated, (int32_t)edit0,
+                                     (int32_t)(*n_edit - edit0),
+                                     p->logprobs || p->top_logprobs > 0, 0};
+    e->gsamp_host[r] = d;
+    return TERN_OK;
+}
+
+/* Draws rows [0, n) on the device (the rows gsample_row takes); only the
+ * ids and logprobs come back, the top logprobs when a row asked. */
+static enum tern_status gsample_rows(struct tern_engine *e, struct tern_sched_out *out)
+{
+    struct tern_backend *be = e->model->core.be;
+    int32_t n = out->n_samples, V = e->model->core.hp.vocab_size;
+    int64_t n_edit = 0;
+    bool any_top = false;
+    for (int32_t r = 0; r < n; r++) {
+        TERN_TRY(gsample_row(e, &out->samples[r], r, &n_edit));
+        any_top |= e->gsamp_host[r].n_top > 0;
+    }
+    if (n_edit > 0 && !e->gsamp_scratch.buf) {
+        int64_t sh[2] = {e->max_logits, V};
+        TERN_TRY(tern_dtensor_alloc(be, TERN_DTYPE_F32, 2, sh, &e->gsamp_scratch));
+    }
+    struct tern_dtensor lg = tern_dtensor_rows(&e->fwd.logits, 0, n);
+    struct tern_dtensor res = tern_dtensor_rows(&e->gsamp_res, 0, n);
+    struct tern_dtensor top = tern_dtensor_rows(&e->gsamp_top, 0, n);
+    struct tern_dtensor scr = n_edit > 0 ? tern_dtensor_rows(&e->gsamp_scratch, 0, n)
+                                         : (struct tern_dtensor){0};
+    struct tern_sample_io io = {&e->gsamp_params, n_edit > 0 ? &e->gsamp_edits : NULL,
+                                n_edit > 0 ? &scr : NULL, &res, any_top ? &top : NULL};
+    TERN_TRY(be->ops->upload(be, &e->gsamp_params, e->gsamp_host,
+                             (size_t)n * sizeof(struct tern_sample_dev)));
+    if (n_edit > 0)
+        TERN_TRY(be->ops->upload(be, &e->gsamp_edits, e->gsamp_edit_host,
+                                 (size_t)n_edit * sizeof(struct tern_sample_edit)));
+    TERN_TRY(be->ops->sample(be, &lg, &io));
+    TERN_TRY(be->ops->download(be, e->gsamp_res_host, &res, (size_t)n * 8));
+    if (any_top)
+        TERN_TRY(be->ops->download(be, e->gsamp_top_host, &top,
+                                   (size_t)n * 8 * TERN_SAMPLE_DEV_MAX_TOP));
+    return TERN_OK;
+}
+
+/* Row r's result from the device sampler's outputs. */
+static void gsample_result(const struct tern_engine *e, int32_t r,
+                           const struct tern_sample_params *p, struct tern_sample_result *res)
+{
+    memset(res, 0, sizeof *res);
+    res->token = e->gsamp_res_host[2 * r];
+    if (!p->logprobs && p->top_logprobs == 0) return;
+    memcpy(&res->logprob, &e->gsamp_res_host[2 * r + 1], 4);
+    res->n_top = p->top_logprobs;
+    const int32_t *t = e->gsamp_top_host + (size_t)r * 2 * TERN_SAMPLE_DEV_MAX_TOP;
+    for (int32_t i = 0; i < res->n_top; i++) {
+        res->top_ids[i] = t[i];
+        memcpy(&res->top_logprobs[i], &t[TERN_SAMPLE_DEV_MAX_TOP + i], 4);
+    }
+}
+
 /* Samples every row; forced ids (testing) replace the draw. Rows that are
- * a plain argmax come from the device argmax (ids only); the others
- * download their logits row and run the CPU sampler. */
+ * a plain argmax come from the device argmax (ids only); with device
+ * sampling on, the others are drawn on the device (ids and requested
+ * logprobs come back); what is left downloads its logits row and runs the
+ * CPU sampler. */
 static enum tern_status sample_rows(struct tern_engine *e, struct tern_sched_out *out,
                                     struct tern_sample_result *res)
 {
     struct tern_model_core *m = &e->model->core;
     struct tern_backend *be = m->be;
-    int32_t V = m->hp.vocab_size, n = out->n_samples, n_dev = 0;
+    int32_t V = m->hp.vocab_size, n = out->n_samples, n_dev = 0, n_gs = 0;
     for (int32_t r = 0; r < n; r++) n_dev += argmax_on_device(out->samples[r].user);
+    if (e->gsamp_state == 0) TERN_TRY(gsample_init(e));
+    for (int32_t r = 0; r < n; r++) n_gs += sample_on_device(e, out->samples[r].user);
+    if (n_gs > 0) TERN_TRY(gsample_rows(e, out));
     if (n_dev > 0) {
         struct tern_dtensor lg = tern_dtensor_rows(&e->fwd.logits, 0, n);
         struct tern_dtensor ids = tern_dtensor_rows(&e->fwd.ids_out, 0, n);
@@ -165,6 +387,8 @@ static enum tern_status sample_rows(struct tern_engine *e, struct tern_sched_out
         if (argmax_on_device(s)) {
             memset(&res[r], 0, sizeof res[r]);
             res[r].token = e->hb.out_ids[r];
+        } else if (n_gs > 0 && e->gsamp_on[r]) {
+            gsample_result(e, r, &s->sample, &res[r]);
         } else {
             float *row = e->hb.logits + (size_t)r * V;
             struct tern_dtensor lr = tern_dtensor_rows(&e->fwd.logits, r, 1);
