@@ -24,7 +24,9 @@ struct bench_opts {
     long long levels[BENCH_MAX_LEVELS]; /* concurrent requests per run */
     long long max_seqs;                 /* 0 = max(concurrency, 16) */
     long long shared_prefix;            /* tokens of system prompt every request starts with */
-    long long seed;                     /* prompt ids */
+    long long seed;                     /* prompt ids; request i samples with seed + i */
+    double temperature, top_p;          /* sampling: 0 = greedy (default); 1 = off */
+    long long top_k;                    /* 0 = off */
 };
 
 /* tern_engine_default_params() with the options' engine flags applied

@@ -1,7 +1,8 @@
 /*
  * bench_batch.c — `tern bench --concurrency N[,N...]`: for each level, N
  * requests submitted at once through the serving API (tern_engine_submit),
- * greedy with ignore_eos so each generates exactly --gen tokens, each read by
+ * greedy (or sampled: --temperature, --top-p, --top-k, request i seeded with
+ * --seed + i) with ignore_eos so each generates exactly --gen tokens, each read by
  * its own thread blocking in tern_stream_next so every event is timestamped
  * when it arrives. Reports aggregate output tok/s, prefill tok/s, TTFT and
  * inter-token latency percentiles and the prefix-cache hit rate, as a table
@@ -61,6 +62,7 @@ struct breq {
 struct level {
     int n;
     int32_t gen;
+    const struct bench_opts *o; /* sampling settings */
     struct breq *reqs;  /* [n] */
     int32_t *ids;       /* [n, prefix + prompt_len] */
     double *t_tok;      /* [n, gen] */
@@ -111,6 +113,7 @@ static bool level_init(struct level *lv, const struct bench_opts *o, int n, int3
     memset(lv, 0, sizeof *lv);
     lv->n = n;
     lv->gen = (int32_t)o->gen;
+    lv->o = o;
     size_t len = (size_t)(o->shared_prefix + o->prompt_len);
     lv->reqs = calloc((size_t)n, sizeof *lv->reqs);
     lv->ids = malloc((size_t)n * len * sizeof *lv->ids);
@@ -200,6 +203,11 @@ static enum tern_status submit_all(struct tern_engine *e, struct level *lv, doub
             rq.sampling = tern_sampling_default_params();
             rq.sampling.max_tokens = lv->gen;
             rq.sampling.ignore_eos = true;
+            rq.sampling.temperature = (float)lv->o->temperature;
+            rq.sampling.top_p = (float)lv->o->top_p;
+            rq.sampling.top_k = (int32_t)lv->o->top_k;
+            rq.sampling.seed = (uint64_t)lv->o->seed + (uint64_t)i;
+            rq.sampling.has_seed = true;
             r->t_submit = bench_now_s();
             st = tern_engine_submit(e, &rq, &r->s);
             if (st != TERN_OK) {
@@ -401,8 +409,13 @@ static void print_table_head(const struct bench_opts *o, const struct tern_model
            device_name(o->device), load_s);
     printf("requests %lld prompt tokens", o->prompt_len);
     if (o->shared_prefix) printf(" after a shared %lld-token prefix", o->shared_prefix);
-    printf(", %lld generated (greedy, ignore_eos); max_batch_tokens %d, block %d%s\n", o->gen,
-           ep.max_batch_tokens, ep.block_size, o->deterministic ? ", deterministic" : "");
+    if (o->temperature > 0.0)
+        printf(", %lld generated (temperature %g, top_p %g, top_k %lld, ignore_eos)", o->gen,
+               o->temperature, o->top_p, o->top_k);
+    else
+        printf(", %lld generated (greedy, ignore_eos)", o->gen);
+    printf("; max_batch_tokens %d, block %d%s\n", ep.max_batch_tokens, ep.block_size,
+           o->deterministic ? ", deterministic" : "");
     printf("%5s %6s %10s %10s %27s %27s %7s %8s\n", "", "", "output", "prefill", "TTFT ms",
            "inter-token ms", "prefix", "");
     printf("%5s %6s %10s %10s %8s %9s %8s %8s %9s %8s %7s %8s\n", "conc", "seqs", "tok/s", "tok/s",
@@ -447,11 +460,13 @@ static void print_json(const struct bench_opts *o, const struct tern_model_info 
     bench_json_str(stdout, in->architecture);
     printf(", \"dtype\": \"%s\", \"n_params\": %lld, \"weight_bytes\": %lld, \"device\": \"%s\", "
            "\"load_s\": %.4f, \"mode\": \"concurrent\", \"prompt_len\": %lld, \"gen\": %lld, "
-           "\"shared_prefix\": %lld, \"seed\": %lld, \"max_batch_tokens\": %d, "
+           "\"shared_prefix\": %lld, \"seed\": %lld, \"temperature\": %g, \"top_p\": %g, "
+           "\"top_k\": %lld, \"max_batch_tokens\": %d, "
            "\"block_size\": %d, \"kv_bytes\": %lld, \"kv_fraction\": %.3f, "
            "\"deterministic\": %s, \"results\": [",
            in->dtype, (long long)in->n_params, (long long)in->weight_bytes, device_name(o->device),
-           load_s, o->prompt_len, o->gen, o->shared_prefix, o->seed, ep.max_batch_tokens,
+           load_s, o->prompt_len, o->gen, o->shared_prefix, o->seed, o->temperature, o->top_p,
+           o->top_k, ep.max_batch_tokens,
            ep.block_size, (long long)ep.kv_bytes, ep.kv_fraction,
            ep.deterministic ? "true" : "false");
     for (int i = 0; i < n; i++) {

@@ -103,14 +103,16 @@ static const char usage_text[] =
     "usage: tern bench --model DIR [--prompt-len N] [--gen N] [--device cpu|cuda] [--json]\n"
     "  single sequence (default):  [--reps N]\n"
     "  concurrent requests:        --concurrency N[,N...] [--shared-prefix L] [--max-seqs N]\n"
-    "                              [--seed N]\n"
+    "                              [--seed N] [--temperature T] [--top-p P] [--top-k K]\n"
     "  engine:                     [--max-batch-tokens N] [--block-size N]\n"
     "                              [--kv-bytes N[K|M|G]] [--kv-fraction F] [--deterministic]\n"
     "Single sequence: load time, prefill tok/s, time to first token, decode tok/s (median of\n"
     "reps). Concurrent: per level, N greedy requests of --prompt-len random ids (after an\n"
     "L-token prefix shared by all, when --shared-prefix) each generating exactly --gen tokens,\n"
     "submitted at once: output tok/s, prefill tok/s, TTFT and inter-token latency p50/p90/p99,\n"
-    "prefix-cache hit rate. --max-seqs defaults to max(N, 16).\n";
+    "prefix-cache hit rate. --max-seqs defaults to max(N, 16). --temperature T > 0 samples\n"
+    "instead (with --top-p / --top-k; request i seeded with --seed + i): on CUDA the draw runs\n"
+    "on the device unless TERN_GPU_SAMPLE=0.\n";
 
 /* Integer flags: where they go and which mode they belong to. */
 enum { MODE_BOTH, MODE_SINGLE, MODE_CONC };
@@ -128,6 +130,7 @@ static const struct int_flag {
     {"--max-seqs", 1, 1 << 16, offsetof(struct bench_opts, max_seqs), MODE_CONC},
     {"--shared-prefix", 0, 1 << 20, offsetof(struct bench_opts, shared_prefix), MODE_CONC},
     {"--seed", 0, INT32_MAX, offsetof(struct bench_opts, seed), MODE_CONC},
+    {"--top-k", 0, 1 << 24, offsetof(struct bench_opts, top_k), MODE_CONC},
 };
 
 /* "64", "512M", "2G": bytes, with binary K/M/G/T suffixes. */
@@ -195,6 +198,17 @@ static void defaults(struct bench_opts *o)
     o->reps = 3;
     o->device = TERN_DEVICE_CPU;
     o->seed = 1;
+    o->top_p = 1.0;
+}
+
+/* --temperature / --top-p: a number in [lo, hi]. */
+static bool parse_real(const char *flag, const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    *out = strtod(s, &end);
+    if (end != s && !*end && *out >= lo && *out <= hi) return true;
+    fprintf(stderr, "tern bench: %s expects a number in [%g, %g], got '%s'\n", flag, lo, hi, s);
+    return false;
 }
 
 /* Returns -1 to go on, else the exit code. `*only` names a flag of one mode. */
@@ -226,6 +240,12 @@ static int parse_one(int argc, char **argv, int *i, struct bench_opts *o, const 
             fprintf(stderr, "tern bench: --kv-fraction expects a number in (0, 1], got '%s'\n", v);
             return 2;
         }
+    } else if ((!strcmp(a, "--temperature") || !strcmp(a, "--top-p")) && v) {
+        bool t = a[2] == 't' && a[3] == 'e';
+        if (!parse_real(a, argv[++*i], t ? 0.0 : 1e-6, t ? 100.0 : 1.0,
+                        t ? &o->temperature : &o->top_p))
+            return 2;
+        *conc_only = a;
     } else if (!strcmp(a, "--json"))
         o->json = true;
     else if (!strcmp(a, "--deterministic"))
