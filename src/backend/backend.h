@@ -236,10 +236,36 @@ struct tern_backend_ops {
     enum tern_status (*attention)(struct tern_backend *be, const struct tern_dtensor *qkv,
                                   const struct tern_kv_layer *kv, const struct tern_batch_dev *batch,
                                   const struct tern_attn_params *p, struct tern_dtensor *out);
+    /* optional (NULL = absent: callers issue head_rmsnorm, rope and
+     * kv_store): a layer's attention prologue in one op. qkv [T, (n_heads +
+     * 2 n_kv_heads) * head_dim] holds the q, k and v heads in that order
+     * (p gives the counts, rope->head_dim the size). If q_norm is non-NULL,
+     * the q heads get head_rmsnorm with q_norm and the k heads with k_norm
+     * (eps); then q and k heads get rope at batch->positions; then k and v
+     * go to the cache as kv_store(qkv, n_heads * head_dim, (n_heads +
+     * n_kv_heads) * head_dim) does (slot -1 skipped). The same arithmetic as
+     * that sequence of ops on the same backend (CPU: bitwise, it calls them). */
+    enum tern_status (*qk_rope_store)(struct tern_backend *be, struct tern_dtensor *qkv,
+                                      const struct tern_dtensor *q_norm,
+                                      const struct tern_dtensor *k_norm, float eps,
+                                      const struct tern_rope *rope,
+                                      const struct tern_attn_params *p,
+                                      const struct tern_batch_dev *batch,
+                                      struct tern_kv_layer *kv);
     /* out = silu(gate) * up, where gate_up: [T, 2*ff] holds gate in columns
      * [0, ff) and up in [ff, 2ff); out: [T, ff]. */
     enum tern_status (*silu_mul)(struct tern_backend *be, const struct tern_dtensor *gate_up,
                                  struct tern_dtensor *out);
+    /* optional (NULL = absent: callers issue matmul, then silu_mul):
+     * act = silu_mul(x W^T (+ bias)) for w a [2 ff, in] linear whose rows
+     * [0, ff) are the gate and [ff, 2 ff) the up projection (gate_up_proj).
+     * Results equal matmul(x, w, gate_up, 0) then silu_mul(gate_up, act)
+     * (bitwise on CPU and CUDA). gate_up [T, 2 ff] is scratch the backend
+     * may write (the CPU composes through it; CUDA folds silu_mul into the
+     * decode GEMV's epilogue where it can); act [T, ff]. */
+    enum tern_status (*matmul_glu)(struct tern_backend *be, const struct tern_dtensor *x,
+                                   const struct tern_linear *w, struct tern_dtensor *gate_up,
+                                   struct tern_dtensor *act);
     /* out = a + b, elementwise, same shapes (out may alias a). */
     enum tern_status (*add)(struct tern_backend *be, const struct tern_dtensor *a,
                             const struct tern_dtensor *b, struct tern_dtensor *out);

@@ -8,10 +8,12 @@
  *     qkv  = h [q_proj | k_proj | v_proj]            one [T, (H + 2 KV) hd] buffer
  *                                                    (one matmul when fused at load)
  *     q, k = q_norm/k_norm (Qwen3), then RoPE at the batch positions
- *     cache[slot_mapping] = k, v
+ *     cache[slot_mapping] = k, v                     (one qk_rope_store op where
+ *                                                    the backend has it)
  *     attn = attention(q, paged cache)               causal, GQA, sliding window
  *     residual += attn o_proj;  h = rmsnorm(residual)
- *     residual += down(silu(h gate) * (h up))
+ *     residual += down(silu(h gate) * (h up))       (one matmul_glu for the fused
+ *                                                    gate/up where the backend has it)
  *   logits = lm_head(rmsnorm(residual[logits_idx]))
  */
 #include "model/model.h"
@@ -274,6 +276,13 @@ static enum tern_status attention_block(struct tern_model_core *m, struct tern_f
         TERN_TRY(ops->matmul(be, &h, &ly->k_proj, &qkv, qd));
         TERN_TRY(ops->matmul(be, &h, &ly->v_proj, &qkv, qd + kvd));
     }
+    if (ops->qk_rope_store) { /* head norms, rope and the KV store in one op */
+        bool qn = m->arch->qk_norm;
+        TERN_TRY(ops->qk_rope_store(be, &qkv, qn ? &ly->q_norm : NULL, qn ? &ly->k_norm : NULL,
+                                    hp->rms_norm_eps, &m->rope, &m->attn, &f->batch, kvl));
+        TERN_TRY(ops->attention(be, &qkv, kvl, &f->batch, &m->attn, &attn));
+        return ops->matmul(be, &attn, &ly->o_proj, &proj, 0);
+    }
     if (m->arch->qk_norm) {
         TERN_TRY(ops->head_rmsnorm(be, &qkv, 0, hp->num_attention_heads, hp->head_dim, &ly->q_norm,
                                    hp->rms_norm_eps));
@@ -299,13 +308,16 @@ static enum tern_status mlp_block(struct tern_model_core *m, struct tern_fwd *f,
     struct tern_backend *be = m->be;
     struct tern_dtensor h = rows_of(&f->h, T), gu = rows_of(&f->gate_up, T);
     struct tern_dtensor act = rows_of(&f->act, T), proj = rows_of(&f->proj, T);
-    if (ly->gate_up_proj.weight.buf) {
+    if (ly->gate_up_proj.weight.buf && ops->matmul_glu) { /* silu_mul in the GEMV epilogue */
+        TERN_TRY(ops->matmul_glu(be, &h, &ly->gate_up_proj, &gu, &act));
+    } else if (ly->gate_up_proj.weight.buf) {
         TERN_TRY(ops->matmul(be, &h, &ly->gate_up_proj, &gu, 0));
+        TERN_TRY(ops->silu_mul(be, &gu, &act));
     } else {
         TERN_TRY(ops->matmul(be, &h, &ly->gate_proj, &gu, 0));
         TERN_TRY(ops->matmul(be, &h, &ly->up_proj, &gu, m->hp.intermediate_size));
+        TERN_TRY(ops->silu_mul(be, &gu, &act));
     }
-    TERN_TRY(ops->silu_mul(be, &gu, &act));
     return ops->matmul(be, &act, &ly->down_proj, &proj, 0);
 }
 

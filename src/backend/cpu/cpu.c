@@ -124,7 +124,9 @@ static const struct tern_backend_ops cpu_ops = {
     .head_rmsnorm = tern_cpu_head_rmsnorm,
     .kv_store = tern_cpu_kv_store,
     .attention = tern_cpu_attention,
+    .qk_rope_store = tern_cpu_qk_rope_store,
     .silu_mul = tern_cpu_silu_mul,
+    .matmul_glu = tern_cpu_matmul_glu,
     .add = tern_cpu_add,
     .argmax = tern_cpu_argmax,
 };

@@ -39,5 +39,16 @@ enum tern_status tern_cpu_add(struct tern_backend *be, const struct tern_dtensor
                               const struct tern_dtensor *b, struct tern_dtensor *out);
 enum tern_status tern_cpu_argmax(struct tern_backend *be, const struct tern_dtensor *logits,
                                  struct tern_dtensor *out);
+/* cpu_fused.c: the fused ops as the sequence of the ops above. */
+enum tern_status tern_cpu_qk_rope_store(struct tern_backend *be, struct tern_dtensor *qkv,
+                                        const struct tern_dtensor *q_norm,
+                                        const struct tern_dtensor *k_norm, float eps,
+                                        const struct tern_rope *rope,
+                                        const struct tern_attn_params *p,
+                                        const struct tern_batch_dev *batch,
+                                        struct tern_kv_layer *kv);
+enum tern_status tern_cpu_matmul_glu(struct tern_backend *be, const struct tern_dtensor *x,
+                                     const struct tern_linear *w, struct tern_dtensor *gate_up,
+                                     struct tern_dtensor *act);
 
 #endif
