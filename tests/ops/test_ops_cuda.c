@@ -4,7 +4,8 @@
  * crossing KV block boundaries, prefill and decode sequences in one ragged
  * batch, sliding window, softcap), and batch invariance of the
  * deterministic mode (a sequence alone and inside a larger batch must give
- * bitwise equal outputs).
+ * bitwise equal outputs), and the fused ops (qk_rope_store, matmul_glu)
+ * against the CPU and against the unfused CUDA ops.
  *
  * Inputs are rounded to BF16 first, so both backends see the same values
  * (the CPU computes in F32, the GPU in BF16 with F32 accumulation); outputs
@@ -623,6 +624,145 @@ static void test_batch_invariance(void **state)
     world_free(&w);
 }
 
+/* ------------------------------------------------------------ fused ops */
+
+/* qk_rope_store on CPU and CUDA (both the op and, on CUDA, the unfused
+ * sequence it replaces): GQA, Qwen3 norm on/off, partial rotary,
+ * interleaved, slots crossing blocks, slot -1 (padding) skipped. */
+struct qrs_case {
+    int H, KVH, hd, rot, inter, norm;
+    float mscale;
+};
+
+static void run_qk_rope_store(const struct qrs_case *q)
+{
+    enum { T = 7, NB = 5 };
+    int32_t slots[T] = {15, 16, -1, 31, 32, 79, 3}, pos[T];
+    for (int i = 0; i < T; i++) pos[i] = (int32_t)((rng >> 11) % 9000), frand();
+    int64_t width = (int64_t)(q->H + 2 * q->KVH) * q->hd, qd = (int64_t)q->H * q->hd;
+    int64_t kvd = (int64_t)q->KVH * q->hd, s[2] = {T, width}, hs[1] = {q->hd};
+    int64_t cs[4] = {NB, BS, q->KVH, q->hd}, fs[1] = {q->rot / 2};
+    size_t ncache = (size_t)(NB * BS) * (size_t)kvd;
+    float *x = rand_vec((size_t)(T * width), 2.0f), *qn = rand_vec((size_t)q->hd, 1.5f);
+    float *kn = rand_vec((size_t)q->hd, 1.5f), *k0 = rand_vec(ncache, 1.0f);
+    float *v0 = rand_vec(ncache, 1.0f), *inv = tern_malloc(sizeof(float) * (size_t)(q->rot / 2));
+    for (int i = 0; i < q->rot / 2; i++) inv[i] = powf(500000.0f, -2.0f * i / q->rot);
+    struct tern_attn_params p = {.n_heads = q->H, .n_kv_heads = q->KVH, .head_dim = q->hd};
+    struct tern_batch h = {.n_tokens = T, .n_seqs = 1, .positions = pos, .slot_mapping = slots};
+    struct tern_backend *bes[3] = {cpu, gpu, gpu};
+    float *res[3][3];
+    for (int b = 0; b < 3; b++) { /* cpu op, gpu op, gpu unfused */
+        struct tern_backend *be = bes[b];
+        enum tern_dtype dt = be->act_dtype;
+        struct tern_dtensor xt = mk(be, dt, 2, s, x);
+        struct tern_dtensor qw = mk(be, TERN_DTYPE_BF16, 1, hs, qn), kw = mk(be, TERN_DTYPE_BF16, 1, hs, kn);
+        struct tern_kv_layer kv = {.k = mk(be, dt, 4, cs, k0), .v = mk(be, dt, 4, cs, v0)};
+        struct tern_batch_dev d = {.host = &h, .block_size = BS, .max_q_len = T, .max_seq_len = 9000,
+                                   .positions = mk_i32(be, T, pos), .slot_mapping = mk_i32(be, T, slots)};
+        struct tern_rope r = {.head_dim = q->hd, .rotary_dim = q->rot, .interleaved = q->inter,
+                              .mscale = q->mscale, .inv_freq = mk(be, TERN_DTYPE_F32, 1, fs, inv)};
+        if (b < 2) {
+            assert_non_null(be->ops->qk_rope_store);
+            ok(be->ops->qk_rope_store(be, &xt, q->norm ? &qw : NULL, q->norm ? &kw : NULL, 1e-6f,
+                                      &r, &p, &d, &kv));
+        } else {
+            if (q->norm) {
+                ok(be->ops->head_rmsnorm(be, &xt, 0, q->H, q->hd, &qw, 1e-6f));
+                ok(be->ops->head_rmsnorm(be, &xt, qd, q->KVH, q->hd, &kw, 1e-6f));
+            }
+            ok(be->ops->rope(be, &xt, 0, q->H + q->KVH, &d.positions, &r));
+            ok(be->ops->kv_store(be, &xt, qd, qd + kvd, &d, &kv));
+        }
+        res[b][0] = get(be, &xt);
+        res[b][1] = get(be, &kv.k);
+        res[b][2] = get(be, &kv.v);
+        free_all();
+    }
+    /* Rows of the cache no token wrote keep their old values, bitwise. */
+    for (int64_t sl = 0; sl < NB * BS; sl++) {
+        bool written = false;
+        for (int t = 0; t < T; t++) written |= slots[t] == sl;
+        if (written) continue;
+        for (int64_t e = 0; e < kvd; e++)
+            if (res[1][1][sl * kvd + e] != bfr(k0[sl * kvd + e]) ||
+                res[1][2][sl * kvd + e] != bfr(v0[sl * kvd + e]))
+                fail_msg("qk_rope_store wrote cache slot %lld that no token maps to", (long long)sl);
+    }
+    size_t n[3] = {(size_t)(T * width), ncache, ncache};
+    const char *what[3] = {"qkv", "k cache", "v cache"};
+    size_t diff = 0;
+    for (int k = 0; k < 3; k++) {
+        for (size_t i = 0; i < n[k]; i++) diff += res[1][k][i] != res[2][k][i];
+        char name[96];
+        snprintf(name, sizeof name, "qk_rope_store H %d KV %d hd %d rot %d%s%s: %s", q->H, q->KVH,
+                 q->hd, q->rot, q->inter ? " inter" : "", q->norm ? " norm" : "", what[k]);
+        expect_close(name, res[1][k], res[0][k], n[k], TOL_BF16);
+        tern_free(res[2][k]);
+    }
+    /* The same arithmetic as the unfused CUDA ops (sin/cos and FMA
+     * contraction may still differ in the last bit: reported, not failed). */
+    printf("  qk_rope_store vs unfused CUDA ops: %zu values differ\n", diff);
+    if (diff > n[0] / 100) fail_msg("qk_rope_store: %zu values differ from the unfused ops", diff);
+    tern_free(x), tern_free(qn), tern_free(kn), tern_free(k0), tern_free(v0), tern_free(inv);
+}
+
+static void test_qk_rope_store(void **state)
+{
+    NEED_GPU();
+    struct qrs_case cs[] = {
+        {32, 8, 128, 128, 0, 0, 1.0f}, {16, 8, 128, 128, 0, 1, 1.0f}, {8, 8, 64, 32, 1, 0, 0.9f},
+        {12, 2, 64, 64, 1, 1, 1.1f},   {4, 1, 256, 128, 0, 1, 1.0f},  {6, 3, 80, 40, 0, 1, 1.0f},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_qk_rope_store(&cs[i]);
+}
+
+/* matmul_glu on CUDA (silu_mul in the gate/up GEMV's epilogue at few
+ * tokens, the unfused ops otherwise) must equal matmul then silu_mul on
+ * CUDA bitwise, and the CPU's within BF16 tolerance. */
+static void test_matmul_glu(void **state)
+{
+    NEED_GPU();
+    struct {
+        int64_t T, in, ff;
+        bool bias;
+    } cs[] = {{1, 4096, 1024, false}, {1, 1000, 1376, true}, {3, 1024, 513, false},
+              {8, 2048, 256, true},   {9, 512, 384, false},  {13, 256, 100, true},
+              {2, 100, 64, false}};
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        int64_t T = cs[k].T, in = cs[k].in, ff = cs[k].ff;
+        int64_t xs[2] = {T, in}, gs[2] = {T, 2 * ff}, as[2] = {T, ff}, ws[2] = {2 * ff, in};
+        int64_t bs[1] = {2 * ff};
+        float *x = rand_vec((size_t)(T * in), 1.0f), *w = rand_vec((size_t)(2 * ff * in), 1.0f);
+        float *bv = rand_vec((size_t)(2 * ff), 1.0f), *r[3];
+        for (int b = 0; b < 3; b++) { /* cpu op, gpu op, gpu unfused */
+            struct tern_backend *be = b ? gpu : cpu;
+            enum tern_dtype dt = be->act_dtype;
+            struct tern_linear l = {.weight = mk(be, TERN_DTYPE_BF16, 2, ws, w), .in_features = in,
+                                    .out_features = 2 * ff};
+            if (cs[k].bias) l.bias = mk(be, TERN_DTYPE_BF16, 1, bs, bv);
+            struct tern_dtensor xt = mk(be, dt, 2, xs, x), g = mk_out(be, dt, 2, gs);
+            struct tern_dtensor a = mk_out(be, dt, 2, as);
+            if (b < 2) {
+                assert_non_null(be->ops->matmul_glu);
+                ok(be->ops->matmul_glu(be, &xt, &l, &g, &a));
+            } else {
+                ok(be->ops->matmul(be, &xt, &l, &g, 0));
+                ok(be->ops->silu_mul(be, &g, &a));
+            }
+            r[b] = get(be, &a);
+            free_all();
+        }
+        if (memcmp(r[1], r[2], (size_t)(T * ff) * sizeof(float)) != 0)
+            fail_msg("matmul_glu T %lld in %lld ff %lld differs from matmul + silu_mul",
+                     (long long)T, (long long)in, (long long)ff);
+        char name[96];
+        snprintf(name, sizeof name, "matmul_glu T %lld in %lld ff %lld%s (== unfused)",
+                 (long long)T, (long long)in, (long long)ff, cs[k].bias ? " +bias" : "");
+        expect_close(name, r[1], r[0], (size_t)(T * ff), TOL_BF16);
+        tern_free(r[2]), tern_free(x), tern_free(w), tern_free(bv);
+    }
+}
+
 static int group_setup(void **state)
 {
     rng = (uint64_t)time(NULL) * 2654435761u + 12345u;
@@ -655,7 +795,8 @@ int main(void)
         cmocka_unit_test(test_get_rows),         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_head_rmsnorm_rope), cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_matmul),           cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_qk_rope_store),
+        cmocka_unit_test(test_matmul_glu),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

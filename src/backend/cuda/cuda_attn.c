@@ -48,6 +48,60 @@ enum tern_status tern_cuda_kv_store(struct tern_backend *be, const struct tern_d
     return TERN_OK;
 }
 
+/* The fused kernel where it takes the shape (head_dim <= 256, dtypes as
+ * kv_store's, norms of one float dtype); otherwise the three ops in turn,
+ * which is what the kernel computes. */
+enum tern_status tern_cuda_qk_rope_store(struct tern_backend *be, struct tern_dtensor *qkv,
+                                         const struct tern_dtensor *q_norm,
+                                         const struct tern_dtensor *k_norm, float eps,
+                                         const struct tern_rope *rope,
+                                         const struct tern_attn_params *p,
+                                         const struct tern_batch_dev *batch,
+                                         struct tern_kv_layer *kv)
+{
+    const struct tern_backend_ops *ops = be->ops;
+    int hd = rope->head_dim;
+    int64_t qd = (int64_t)p->n_heads * hd, kvd = (int64_t)p->n_kv_heads * hd;
+    int64_t T = qkv->shape[0];
+    if (T == 0) return TERN_OK;
+    int64_t width = (int64_t)tern_dtensor_numel(qkv) / T;
+    const struct tern_dtensor *K = &kv->k;
+    bool norm_ok = !q_norm || (k_norm && q_norm->dtype == k_norm->dtype &&
+                               (q_norm->dtype == TERN_DTYPE_F32 || q_norm->dtype == TERN_DTYPE_F16 ||
+                                q_norm->dtype == TERN_DTYPE_BF16) &&
+                               tern_dtensor_numel(q_norm) == (size_t)hd &&
+                               tern_dtensor_numel(k_norm) == (size_t)hd);
+    bool fits = tern_cuda_fuse_ops("qkr") && norm_ok && tk_qk_rope_store_fits(hd, rope->rotary_dim) && p->head_dim == hd &&
+                K->n_dims == 4 && K->shape[2] == p->n_kv_heads && K->shape[3] == hd &&
+                kv->v.dtype == K->dtype && qkv->dtype == K->dtype &&
+                (K->dtype == TERN_DTYPE_BF16 || K->dtype == TERN_DTYPE_F32) &&
+                tern_dtensor_numel(&kv->v) == tern_dtensor_numel(K) &&
+                batch->slot_mapping.dtype == TERN_DTYPE_I32 &&
+                batch->positions.dtype == TERN_DTYPE_I32 &&
+                rope->inv_freq.dtype == TERN_DTYPE_F32 && width >= qd + 2 * kvd;
+    if (!fits) {
+        if (q_norm) {
+            TERN_TRY(ops->head_rmsnorm(be, qkv, 0, p->n_heads, hd, q_norm, eps));
+            TERN_TRY(ops->head_rmsnorm(be, qkv, qd, p->n_kv_heads, hd, k_norm, eps));
+        }
+        TERN_TRY(ops->rope(be, qkv, 0, p->n_heads + p->n_kv_heads, &batch->positions, rope));
+        return ops->kv_store(be, qkv, qd, qd + kvd, batch, kv);
+    }
+    int64_t n_slots = K->shape[0] * K->shape[1];
+    cudaError_t e = tk_qk_rope_store(
+        tern_cuda_of(be)->stream, tern_cuda_ptr(qkv), (int)qkv->dtype, width, T, p->n_heads,
+        p->n_kv_heads, hd, q_norm ? tern_cuda_ptr(q_norm) : NULL,
+        q_norm ? tern_cuda_ptr(k_norm) : NULL, q_norm ? (int)q_norm->dtype : 0, eps,
+        rope->rotary_dim, rope->interleaved, rope->mscale, tern_cuda_ptr(&rope->inv_freq),
+        tern_cuda_ptr(&batch->positions), tern_cuda_ptr(&batch->slot_mapping), tern_cuda_ptr(K),
+        tern_cuda_ptr(&kv->v), n_slots);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return tern_cuda_fail("tk_qk_rope_store", (int)e, __FILE__, __LINE__);
+    }
+    return TERN_OK;
+}
+
 static enum tern_status attn_check(const struct tern_dtensor *qkv, const struct tern_kv_layer *kv,
                                    const struct tern_batch_dev *b, const struct tern_attn_params *p,
                                    const struct tern_dtensor *out)

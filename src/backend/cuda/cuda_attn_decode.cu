@@ -58,6 +58,8 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32)
     constexpr int EPL = D / 32;
     __shared__ float s_acc[DEC_WARPS][GM][D];
     __shared__ float s_m[DEC_WARPS][GM], s_l[DEC_WARPS][GM];
+    tk_pdl_wait(); /* PDL (cuda_common.cuh): nothing is touched before this */
+    tk_pdl_launch();
     int s = blockIdx.z, g = blockIdx.y, sp = blockIdx.x;
     int qs = a.query_start[s];
     if (a.query_start[s + 1] - qs != 1) return;
@@ -168,6 +170,8 @@ template <int D>
 static __global__ void k_attn_combine(struct tk_attn_args a, int split_len, int n_splits,
                                       const float *ws)
 {
+    tk_pdl_wait();
+    tk_pdl_launch();
     int s = blockIdx.y, h = blockIdx.x, d = threadIdx.x;
     int qs = a.query_start[s];
     if (a.query_start[s + 1] - qs != 1) return;
@@ -198,11 +202,12 @@ extern "C" size_t tk_attn_decode_ws_bytes(const struct tk_attn_args *a, int n_sp
 }
 
 template <int D, int GM>
-static void decode_launch(cudaStream_t st, const struct tk_attn_args *a, int split_len,
-                          int n_splits, float *ws)
+static cudaError_t decode_launch(cudaStream_t st, const struct tk_attn_args *a, int split_len,
+                                 int n_splits, float *ws)
 {
     dim3 grid((unsigned)n_splits, (unsigned)a->n_kv_heads, (unsigned)a->n_seqs);
-    k_attn_decode<D, GM><<<grid, DEC_WARPS * 32, 0, st>>>(*a, split_len, n_splits, ws);
+    return tk_launch(k_attn_decode<D, GM>, grid, DEC_WARPS * 32, 0, st, *a, split_len, n_splits,
+                     ws);
 }
 
 template <int D>
@@ -210,17 +215,17 @@ static cudaError_t decode_d(cudaStream_t st, const struct tk_attn_args *a, int s
                             int n_splits, float *ws)
 {
     int G = a->n_heads / a->n_kv_heads;
-    if (G <= 1) decode_launch<D, 1>(st, a, split_len, n_splits, ws);
-    else if (G <= 2) decode_launch<D, 2>(st, a, split_len, n_splits, ws);
-    else if (G <= 4) decode_launch<D, 4>(st, a, split_len, n_splits, ws);
-    else if (G <= 8) decode_launch<D, 8>(st, a, split_len, n_splits, ws);
-    else if (D <= 128 && G <= 16) decode_launch<D, D <= 128 ? 16 : 8>(st, a, split_len, n_splits, ws);
+    cudaError_t e;
+    if (G <= 1) e = decode_launch<D, 1>(st, a, split_len, n_splits, ws);
+    else if (G <= 2) e = decode_launch<D, 2>(st, a, split_len, n_splits, ws);
+    else if (G <= 4) e = decode_launch<D, 4>(st, a, split_len, n_splits, ws);
+    else if (G <= 8) e = decode_launch<D, 8>(st, a, split_len, n_splits, ws);
+    else if (D <= 128 && G <= 16)
+        e = decode_launch<D, D <= 128 ? 16 : 8>(st, a, split_len, n_splits, ws);
     else return cudaErrorInvalidValue;
-    cudaError_t e = cudaPeekAtLastError();
     if (e != cudaSuccess) return e;
     dim3 grid((unsigned)a->n_heads, (unsigned)a->n_seqs);
-    k_attn_combine<D><<<grid, D, 0, st>>>(*a, split_len, n_splits, ws);
-    return cudaPeekAtLastError();
+    return tk_launch(k_attn_combine<D>, grid, D, 0, st, *a, split_len, n_splits, ws);
 }
 
 extern "C" cudaError_t tk_attn_decode(cudaStream_t st, const struct tk_attn_args *a,

@@ -36,6 +36,8 @@ static __device__ int seq_of(const int32_t *query_start, int n_seqs, int t)
 static __global__ void __launch_bounds__(TK_GEN_THREADS)
     k_attn_generic(struct tk_attn_args a, int which)
 {
+    tk_pdl_wait(); /* PDL (cuda_common.cuh): nothing is touched before this */
+    tk_pdl_launch();
     __shared__ float q_s[TK_GEN_THREADS];
     __shared__ float p_s[TK_GEN_THREADS];
     __shared__ float red[32];
@@ -103,6 +105,5 @@ extern "C" cudaError_t tk_attn_generic(cudaStream_t st, const struct tk_attn_arg
     if (a->head_dim < 1 || a->head_dim > TK_GEN_THREADS) return cudaErrorInvalidValue;
     if (n_tok == 0) return cudaSuccess;
     dim3 grid((unsigned)n_tok, (unsigned)a->n_heads);
-    k_attn_generic<<<grid, TK_GEN_THREADS, 0, st>>>(*a, which);
-    return cudaGetLastError();
+    return tk_launch(k_attn_generic, grid, TK_GEN_THREADS, 0, st, *a, which);
 }

@@ -85,6 +85,8 @@ template <int D, int PF_BR>
 static __global__ void __launch_bounds__(PF_BR * 2)
     k_attn_prefill(struct tk_attn_args a)
 {
+    tk_pdl_wait(); /* PDL (cuda_common.cuh): nothing is touched before this */
+    tk_pdl_launch();
     constexpr int PF_THREADS = PF_BR * 2; /* one warp per 16 query rows */
     constexpr int P = D + 8, KD = D / 16, ND = D / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -261,8 +263,7 @@ template <int D, int BR> static cudaError_t prefill_launch(cudaStream_t st, cons
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
     dim3 grid((unsigned)tk_cdiv(a->max_q_len, BR), (unsigned)a->n_heads, (unsigned)a->n_seqs);
-    k_attn_prefill<D, BR><<<grid, BR * 2, smem, st>>>(*a);
-    return cudaPeekAtLastError();
+    return tk_launch(k_attn_prefill<D, BR>, grid, BR * 2, smem, st, *a);
 }
 
 /* 128-query tiles (8 warps) once some sequence has more than 64 queries: K/V

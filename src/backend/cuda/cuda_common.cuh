@@ -1,6 +1,7 @@
 /*
  * cuda_common.cuh — device helpers shared by the kernel files: element
- * loads/stores by run-time dtype, warp and block reductions, launch checks.
+ * loads/stores by run-time dtype, warp and block reductions, launch checks,
+ * and tk_launch, the launcher with programmatic dependent launch (PDL).
  * CUDA C++ only (included by *.cu). Depends on cuda_kernels.h.
  */
 #ifndef TERN_CUDA_COMMON_CUH
@@ -12,6 +13,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utility>
 
 typedef __nv_bfloat16 bf16;
 
@@ -62,6 +66,71 @@ static __device__ __forceinline__ float tk_block_sum(float v, float *red)
     __syncthreads();
     float s = lane < n_warps ? red[lane] : 0.0f;
     return tk_warp_sum(s);
+}
+
+/* ---- programmatic dependent launch (Hopper) ----
+ *
+ * A kernel launched by tk_launch may start while the kernel before it on
+ * the stream is still running (once every block of that one has called
+ * tk_pdl_launch or exited), so its blocks are resident and its prologue done
+ * when the previous kernel ends. The contract every kernel launched this way
+ * keeps:
+ *   - before tk_pdl_wait it touches only data no earlier kernel writes
+ *     (weights, norms, rope tables): no activation, cache or batch array
+ *     read, and no write at all;
+ *   - tk_pdl_wait (griddepcontrol.wait) returns once the previous kernel has
+ *     completed and its writes are visible (so, transitively, all earlier
+ *     work);
+ *   - tk_pdl_launch (griddepcontrol.launch_dependents) comes after the wait,
+ *     never before: triggering early would let the whole graph cascade into
+ *     blocks that sit waiting.
+ * Launched without the attribute (TERN_CUDA_PDL=0, or a kernel in a file
+ * that does not use tk_launch) the two instructions are no-ops and the
+ * stream orders kernels as usual. Works under stream capture (CUDA >= 12.3):
+ * the graph keeps programmatic edges. */
+static __device__ __forceinline__ void tk_pdl_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void tk_pdl_launch(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Whether launches carry the PDL attribute: on unless TERN_CUDA_PDL=0.
+ * Read once per process (a function-local static: thread-safe in C++). */
+static inline bool tk_pdl_enabled(void)
+{
+    static const bool on = [] {
+        const char *e = getenv("TERN_CUDA_PDL");
+        return !(e && strcmp(e, "0") == 0);
+    }();
+    return on;
+}
+
+/* kernel<<<grid, block, smem, st>>>(args...), with the PDL attribute when
+ * enabled. Returns the launch's error (cudaPeekAtLastError semantics are
+ * the caller's: this returns cudaLaunchKernelEx's status). */
+template <typename... KArgs, typename... Args>
+static cudaError_t tk_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                             cudaStream_t st, Args &&...args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = tk_pdl_enabled() ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
 static inline __host__ __device__ int64_t tk_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }

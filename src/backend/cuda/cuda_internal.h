@@ -35,6 +35,8 @@
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define TERN_CUDA_LT_WS_BYTES ((size_t)32 << 20)
 #define TERN_CUDA_ATTN_WS_BYTES ((size_t)128 << 20)
@@ -132,5 +134,23 @@ enum tern_status tern_cuda_attention(struct tern_backend *be, const struct tern_
 enum tern_status tern_cuda_kv_store(struct tern_backend *be, const struct tern_dtensor *qkv,
                                     int64_t k_col, int64_t v_col,
                                     const struct tern_batch_dev *batch, struct tern_kv_layer *kv);
+/* Whether a fused op ("qkr": qk_rope_store, "glu": matmul_glu) uses its
+ * fused kernel, for comparisons: TERN_CUDA_FUSE_OPS unset = all, "0" =
+ * none (the ops issue the unfused sequence), else only those it names. */
+static inline bool tern_cuda_fuse_ops(const char *which)
+{
+    const char *e = getenv("TERN_CUDA_FUSE_OPS");
+    return !e || strstr(e, which) != NULL;
+}
+enum tern_status tern_cuda_qk_rope_store(struct tern_backend *be, struct tern_dtensor *qkv,
+                                         const struct tern_dtensor *q_norm,
+                                         const struct tern_dtensor *k_norm, float eps,
+                                         const struct tern_rope *rope,
+                                         const struct tern_attn_params *p,
+                                         const struct tern_batch_dev *batch,
+                                         struct tern_kv_layer *kv);
+enum tern_status tern_cuda_matmul_glu(struct tern_backend *be, const struct tern_dtensor *x,
+                                      const struct tern_linear *w, struct tern_dtensor *gate_up,
+                                      struct tern_dtensor *act);
 
 #endif /* TERN_BACKEND_CUDA_INTERNAL_H */

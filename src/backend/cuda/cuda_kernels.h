@@ -50,6 +50,22 @@ cudaError_t tk_rope(cudaStream_t st, void *x, int adt, int64_t stride, int64_t c
                     int n_heads, int head_dim, int rotary_dim, int interleaved, float mscale,
                     const float *inv_freq, const int32_t *positions);
 
+/* The attention prologue in one kernel: for each token t, heads
+ * [0, n_heads + n_kv_heads) of the qkv row (q heads, then k heads) get the
+ * per-head RMSNorm (q_norm for q heads, k_norm for k heads; skipped when
+ * q_norm is NULL) and then the rotary embedding, in place, with the same
+ * arithmetic and roundings as tk_rmsnorm then tk_rope; then the k heads
+ * (columns k_col) and v heads (v_col) go to cache row slots[t] as
+ * tk_kv_store does (skipped for slots outside [0, n_slots)). qkv and caches
+ * share dtype adt. head_dim <= 256 and even (tk_qk_rope_store_fits). */
+int tk_qk_rope_store_fits(int head_dim, int rotary_dim);
+cudaError_t tk_qk_rope_store(cudaStream_t st, void *qkv, int adt, int64_t stride, int64_t n_tok,
+                             int n_heads, int n_kv_heads, int head_dim, const void *q_norm,
+                             const void *k_norm, int wdt, float eps, int rotary_dim,
+                             int interleaved, float mscale, const float *inv_freq,
+                             const int32_t *positions, const int32_t *slots, void *k_cache,
+                             void *v_cache, int64_t n_slots);
+
 /* Copies k and v (kv_dim elements at columns k_col / v_col of qkv rows) into
  * row slots[t] of the caches viewed as [n_slots, kv_dim]; negative or
  * out-of-range slots are skipped. qkv and caches share dtype adt. */
@@ -89,6 +105,14 @@ cudaError_t tk_gemv(cudaStream_t st, const void *x, int xdt, int64_t x_stride, c
                     int64_t n_tok, int64_t in, int64_t out);
 /* True when tk_gemv takes the fast path for these operands. */
 int tk_gemv_fast(const void *x, int xdt, int64_t x_stride, const void *w, int wdt, int64_t in);
+/* act[t, i] = silu(g) * u for i < ff, where g and u are rows i and ff + i
+ * of x W^T (+ bias), W [2 ff, in] (gate rows, then up rows), each rounded
+ * to BF16 first: bitwise tk_gemv into a BF16 gate_up then tk_silu_mul.
+ * x, W and act BF16 with tk_gemv_fast's alignment, else
+ * cudaErrorInvalidValue. */
+cudaError_t tk_gemv_glu(cudaStream_t st, const void *x, int64_t x_stride, const void *w,
+                        const void *bias, int bdt, void *act, int64_t act_stride, int64_t n_tok,
+                        int64_t in, int64_t ff);
 
 /* ---- attention over the paged KV cache (cuda_attn_*.cu) ---- */
 

@@ -277,6 +277,39 @@ enum tern_status tern_cuda_matmul(struct tern_backend *be, const struct tern_dte
     return TERN_OK;
 }
 
+/* The GLU GEMV (silu_mul in the gate/up GEMV's epilogue) where the plain
+ * path would take the fast GEMV; else matmul into gate_up, then silu_mul.
+ * Both give the same bits (tk_gemv_glu), so the choice, which depends on
+ * T, does not make a row depend on the batch. */
+enum tern_status tern_cuda_matmul_glu(struct tern_backend *be, const struct tern_dtensor *x,
+                                      const struct tern_linear *w, struct tern_dtensor *gate_up,
+                                      struct tern_dtensor *act)
+{
+    struct tern_cuda *c = tern_cuda_of(be);
+    TERN_TRY(check_operands(x, w, gate_up, 0));
+    int64_t T = x->shape[0], in = w->in_features, ff = w->out_features / 2;
+    if (T == 0) return TERN_OK;
+    int64_t as = (int64_t)tern_dtensor_numel(act) / T;
+    const void *xp = tern_cuda_ptr(x), *wp = tern_cuda_ptr(&w->weight);
+    bool fused = tern_cuda_fuse_ops("glu") && !w->bits && !be->deterministic &&
+                 T <= TERN_CUDA_GEMV_MAX_T && w->out_features % 2 == 0 &&
+                 act->dtype == TERN_DTYPE_BF16 && gate_up->dtype == TERN_DTYPE_BF16 &&
+                 act->shape[0] == T && as == ff &&
+                 tk_gemv_fast(xp, (int)x->dtype, in, wp, (int)w->weight.dtype, in);
+    if (!fused) {
+        TERN_TRY(tern_cuda_matmul(be, x, w, gate_up, 0));
+        return be->ops->silu_mul(be, gate_up, act);
+    }
+    const void *bias = w->bias.buf ? tern_cuda_ptr(&w->bias) : NULL;
+    cudaError_t e = tk_gemv_glu(c->stream, xp, in, wp, bias, bias ? (int)w->bias.dtype : 0,
+                                tern_cuda_ptr(act), as, T, in, ff);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return tern_cuda_fail("tk_gemv_glu", (int)e, __FILE__, __LINE__);
+    }
+    return TERN_OK;
+}
+
 enum tern_status tern_cuda_lt_bf16(struct tern_cuda *c, const void *x, int64_t xs, const void *w,
                                    const void *bias, int bdt, void *y, int ydt, int64_t ys,
                                    int64_t T, int64_t in, int64_t out)

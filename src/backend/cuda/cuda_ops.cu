@@ -1,20 +1,23 @@
 /*
  * cuda_ops.cu — the row and elementwise kernels: embedding gather, RMSNorm
  * (plain, fused residual add, per head), rotary embedding, KV store, SiLU
- * gate, add, argmax, bias add. Kernels that touch activations are templated
- * on the activation type (float or bf16) and accumulate in float; every
+ * gate, add, argmax, bias add, and the fused attention prologue (q/k head
+ * norm + rope + KV store). Every kernel is launched with tk_launch (PDL: it
+ * waits for the previous kernel before touching anything). Kernels that
+ * touch activations are templated on the activation type (float or bf16)
+ * and accumulate in float; every
  * reduction has a fixed order, independent of the number of rows, so these
  * ops are batch-invariant. Depends on cuda_common.cuh.
  */
 #include "backend/cuda/cuda_common.cuh"
-
-#define TK_LAUNCHED() cudaPeekAtLastError()
 
 /* ------------------------------------------------------------ get_rows */
 
 static __global__ void k_get_rows(const void *table, int tdt, int64_t n_table, int64_t width,
                                   const int32_t *idx, void *out, int odt)
 {
+    tk_pdl_wait();
+    tk_pdl_launch();
     int64_t t = blockIdx.x;
     int64_t r = idx[t];
     bool ok = r >= 0 && r < n_table;
@@ -27,9 +30,10 @@ static __global__ void k_get_rows(const void *table, int tdt, int64_t n_table, i
 extern "C" cudaError_t tk_get_rows(cudaStream_t st, const void *table, int tdt, int64_t n_table,
                                    int64_t width, const int32_t *idx, int64_t n, void *out, int odt)
 {
+    cudaError_t e = cudaSuccess;
     if (n <= 0) return cudaSuccess;
-    k_get_rows<<<(unsigned)n, 256, 0, st>>>(table, tdt, n_table, width, idx, out, odt);
-    return TK_LAUNCHED();
+    e = tk_launch(k_get_rows, (unsigned)n, 256, 0, st, table, tdt, n_table, width, idx, out, odt);
+    return e;
 }
 
 /* ------------------------------------------------------------ rmsnorm */
@@ -40,6 +44,8 @@ static __global__ void k_rmsnorm_warp(const T *x, int64_t xs, TO *out, int64_t o
                                       int64_t n_rows, int n_groups, int64_t dim, const void *w,
                                       int wdt, float eps)
 {
+    tk_pdl_wait();
+    tk_pdl_launch();
     int64_t gid = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (gid >= n_rows * n_groups) return;
@@ -53,7 +59,8 @@ static __global__ void k_rmsnorm_warp(const T *x, int64_t xs, TO *out, int64_t o
     }
     ss = tk_warp_sum(ss);
     float inv = rsqrtf(ss / (float)dim + eps);
-    for (int64_t i = lane; i < dim; i += 32) orow[i] = tk_from<TO>(tk_f(xr[i]) * inv * tk_ld(w, wdt, i));
+    for (int64_t i = lane; i < dim; i += 32)
+        orow[i] = tk_from<TO>(tk_f(xr[i]) * inv * tk_ld(w, wdt, i));
 }
 
 /* One block per (row, group): for hidden-size norms. */
@@ -61,6 +68,8 @@ template <typename T, typename TO>
 static __global__ void k_rmsnorm_block(const T *x, int64_t xs, TO *out, int64_t os, int64_t col0,
                                        int n_groups, int64_t dim, const void *w, int wdt, float eps)
 {
+    tk_pdl_wait();
+    tk_pdl_launch();
     __shared__ float red[32];
     int64_t row = blockIdx.x / n_groups, g = blockIdx.x % n_groups;
     const T *xr = x + row * xs + col0 + g * dim;
@@ -81,16 +90,17 @@ static cudaError_t rmsnorm_t(cudaStream_t st, const void *x, int64_t xs, void *o
                              int64_t col0, int64_t n_rows, int n_groups, int64_t dim, const void *w,
                              int wdt, float eps)
 {
+    cudaError_t e = cudaSuccess;
     int64_t n = n_rows * n_groups;
     if (n <= 0) return cudaSuccess;
     if (dim <= 512) {
-        k_rmsnorm_warp<T, TO><<<(unsigned)tk_cdiv(n, 8), 256, 0, st>>>(
-            (const T *)x, xs, (TO *)out, os, col0, n_rows, n_groups, dim, w, wdt, eps);
+        e = tk_launch(k_rmsnorm_warp<T, TO>, (unsigned)tk_cdiv(n, 8), 256, 0, st, (const T *)x, xs,
+                      (TO *)out, os, col0, n_rows, n_groups, dim, w, wdt, eps);
     } else {
-        k_rmsnorm_block<T, TO><<<(unsigned)n, 256, 0, st>>>((const T *)x, xs, (TO *)out, os, col0,
-                                                            n_groups, dim, w, wdt, eps);
+        e = tk_launch(k_rmsnorm_block<T, TO>, (unsigned)n, 256, 0, st, (const T *)x, xs, (TO *)out,
+                      os, col0, n_groups, dim, w, wdt, eps);
     }
-    return TK_LAUNCHED();
+    return e;
 }
 
 extern "C" cudaError_t tk_rmsnorm(cudaStream_t st, const void *x, int64_t x_stride, void *out,
@@ -99,13 +109,13 @@ extern "C" cudaError_t tk_rmsnorm(cudaStream_t st, const void *x, int64_t x_stri
                                   float eps)
 {
     if (adt == TK_BF16)
-        return rmsnorm_t<bf16, bf16>(st, x, x_stride, out, out_stride, col0, n_rows, n_groups,
-                                     dim, w, wdt, eps);
+        return rmsnorm_t<bf16, bf16>(st, x, x_stride, out, out_stride, col0, n_rows, n_groups, dim,
+                                     w, wdt, eps);
     if (odt == TK_BF16)
-        return rmsnorm_t<float, bf16>(st, x, x_stride, out, out_stride, col0, n_rows, n_groups,
-                                      dim, w, wdt, eps);
-    return rmsnorm_t<float, float>(st, x, x_stride, out, out_stride, col0, n_rows, n_groups, dim,
-                                   w, wdt, eps);
+        return rmsnorm_t<float, bf16>(st, x, x_stride, out, out_stride, col0, n_rows, n_groups, dim,
+                                      w, wdt, eps);
+    return rmsnorm_t<float, float>(st, x, x_stride, out, out_stride, col0, n_rows, n_groups, dim, w,
+                                   wdt, eps);
 }
 
 /* residual (TR) += x (T), then the norm of the stored residual into out (T). */
@@ -113,6 +123,8 @@ template <typename TR, typename T>
 static __global__ void k_add_rmsnorm(TR *res, const T *x, T *out, int64_t dim, const void *w,
                                      int wdt, float eps)
 {
+    tk_pdl_wait();
+    tk_pdl_launch();
     __shared__ float red[32];
     int64_t row = blockIdx.x;
     TR *rr = res + row * dim;
@@ -132,22 +144,23 @@ static __global__ void k_add_rmsnorm(TR *res, const T *x, T *out, int64_t dim, c
         orow[i] = tk_from<T>(tk_f(rr[i]) * inv * tk_ld(w, wdt, i));
 }
 
-extern "C" cudaError_t tk_add_rmsnorm(cudaStream_t st, void *res, int rdt, const void *x,
-                                      void *out, int adt, int64_t n_rows, int64_t dim,
-                                      const void *w, int wdt, float eps)
+extern "C" cudaError_t tk_add_rmsnorm(cudaStream_t st, void *res, int rdt, const void *x, void *out,
+                                      int adt, int64_t n_rows, int64_t dim, const void *w, int wdt,
+                                      float eps)
 {
+    cudaError_t e = cudaSuccess;
     if (n_rows <= 0) return cudaSuccess;
     unsigned g = (unsigned)n_rows;
     if (rdt == TK_F32 && adt == TK_BF16)
-        k_add_rmsnorm<float, bf16><<<g, 256, 0, st>>>((float *)res, (const bf16 *)x, (bf16 *)out,
-                                                     dim, w, wdt, eps);
+        e = tk_launch(k_add_rmsnorm<float, bf16>, g, 256, 0, st, (float *)res, (const bf16 *)x,
+                      (bf16 *)out, dim, w, wdt, eps);
     else if (adt == TK_BF16)
-        k_add_rmsnorm<bf16, bf16><<<g, 256, 0, st>>>((bf16 *)res, (const bf16 *)x, (bf16 *)out,
-                                                    dim, w, wdt, eps);
+        e = tk_launch(k_add_rmsnorm<bf16, bf16>, g, 256, 0, st, (bf16 *)res, (const bf16 *)x,
+                      (bf16 *)out, dim, w, wdt, eps);
     else
-        k_add_rmsnorm<float, float><<<g, 256, 0, st>>>((float *)res, (const float *)x,
-                                                      (float *)out, dim, w, wdt, eps);
-    return TK_LAUNCHED();
+        e = tk_launch(k_add_rmsnorm<float, float>, g, 256, 0, st, (float *)res, (const float *)x,
+                      (float *)out, dim, w, wdt, eps);
+    return e;
 }
 
 /* ------------------------------------------------------------ rope */
@@ -158,6 +171,8 @@ static __global__ void k_rope(T *x, int64_t stride, int64_t col0, int64_t n_tok,
                               int head_dim, int rotary_dim, int interleaved, float mscale,
                               const float *inv_freq, const int32_t *pos)
 {
+    tk_pdl_wait();
+    tk_pdl_launch();
     int half = rotary_dim / 2;
     int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (id >= n_tok * n_heads * half) return;
@@ -182,16 +197,17 @@ extern "C" cudaError_t tk_rope(cudaStream_t st, void *x, int adt, int64_t stride
                                int interleaved, float mscale, const float *inv_freq,
                                const int32_t *positions)
 {
+    cudaError_t e = cudaSuccess;
     int64_t n = n_tok * n_heads * (rotary_dim / 2);
     if (n <= 0) return cudaSuccess;
     unsigned blocks = (unsigned)tk_cdiv(n, 256);
     if (adt == TK_BF16)
-        k_rope<bf16><<<blocks, 256, 0, st>>>((bf16 *)x, stride, col0, n_tok, n_heads, head_dim,
-                                             rotary_dim, interleaved, mscale, inv_freq, positions);
+        e = tk_launch(k_rope<bf16>, blocks, 256, 0, st, (bf16 *)x, stride, col0, n_tok, n_heads,
+                      head_dim, rotary_dim, interleaved, mscale, inv_freq, positions);
     else
-        k_rope<float><<<blocks, 256, 0, st>>>((float *)x, stride, col0, n_tok, n_heads, head_dim,
-                                              rotary_dim, interleaved, mscale, inv_freq, positions);
-    return TK_LAUNCHED();
+        e = tk_launch(k_rope<float>, blocks, 256, 0, st, (float *)x, stride, col0, n_tok, n_heads,
+                      head_dim, rotary_dim, interleaved, mscale, inv_freq, positions);
+    return e;
 }
 
 /* ------------------------------------------------------------ kv_store */
@@ -202,6 +218,8 @@ static __global__ void k_kv_store(const V *qkv, int64_t stride, int64_t k_col, i
                                   int64_t n_tok, const int32_t *slots, V *kc, V *vc, int64_t kv_dim,
                                   int64_t n_slots)
 {
+    tk_pdl_wait();
+    tk_pdl_launch();
     int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (id >= n_tok * kv_dim) return;
     int64_t t = id / kv_dim, e = id % kv_dim;
@@ -216,6 +234,7 @@ extern "C" cudaError_t tk_kv_store(cudaStream_t st, const void *qkv, int adt, in
                                    const int32_t *slots, void *k_cache, void *v_cache,
                                    int64_t kv_dim, int64_t n_slots)
 {
+    cudaError_t e = cudaSuccess;
     if (n_tok <= 0) return cudaSuccess;
     int64_t es = adt == TK_F32 ? 4 : 2;
     int64_t per = 16 / es; /* elements per uint4 */
@@ -223,21 +242,121 @@ extern "C" cudaError_t tk_kv_store(cudaStream_t st, const void *qkv, int adt, in
                ((uintptr_t)qkv | (uintptr_t)k_cache | (uintptr_t)v_cache) % 16 == 0;
     if (vec) {
         int64_t n = n_tok * (kv_dim / per);
-        k_kv_store<uint4><<<(unsigned)tk_cdiv(n, 256), 256, 0, st>>>(
-            (const uint4 *)qkv, stride / per, k_col / per, v_col / per, n_tok, slots,
-            (uint4 *)k_cache, (uint4 *)v_cache, kv_dim / per, n_slots);
+        e = tk_launch(k_kv_store<uint4>, (unsigned)tk_cdiv(n, 256), 256, 0, st, (const uint4 *)qkv,
+                      stride / per, k_col / per, v_col / per, n_tok, slots, (uint4 *)k_cache,
+                      (uint4 *)v_cache, kv_dim / per, n_slots);
     } else if (es == 2) {
         int64_t n = n_tok * kv_dim;
-        k_kv_store<uint16_t><<<(unsigned)tk_cdiv(n, 256), 256, 0, st>>>(
-            (const uint16_t *)qkv, stride, k_col, v_col, n_tok, slots, (uint16_t *)k_cache,
-            (uint16_t *)v_cache, kv_dim, n_slots);
+        e = tk_launch(k_kv_store<uint16_t>, (unsigned)tk_cdiv(n, 256), 256, 0, st,
+                      (const uint16_t *)qkv, stride, k_col, v_col, n_tok, slots,
+                      (uint16_t *)k_cache, (uint16_t *)v_cache, kv_dim, n_slots);
     } else {
         int64_t n = n_tok * kv_dim;
-        k_kv_store<float><<<(unsigned)tk_cdiv(n, 256), 256, 0, st>>>(
-            (const float *)qkv, stride, k_col, v_col, n_tok, slots, (float *)k_cache,
-            (float *)v_cache, kv_dim, n_slots);
+        e = tk_launch(k_kv_store<float>, (unsigned)tk_cdiv(n, 256), 256, 0, st, (const float *)qkv,
+                      stride, k_col, v_col, n_tok, slots, (float *)k_cache, (float *)v_cache,
+                      kv_dim, n_slots);
     }
-    return TK_LAUNCHED();
+    return e;
+}
+
+/* ------------------------------------------------------------ qk_rope_store */
+
+#define QRS_WARPS 8
+#define QRS_MAX_D 256
+
+/* One warp per (token, head) over the q, k and v heads of the qkv row. A q
+ * or k head goes through the warp's shared row: per-head RMSNorm (the sums
+ * in k_rmsnorm_warp's order, rounded to T as it stores), then the rotary
+ * pairs (k_rope's arithmetic, rounded to T), then back to qkv and, for a k
+ * head, to its cache row. A v head is copied to its cache row. */
+template <typename T>
+static __global__ void __launch_bounds__(QRS_WARPS * 32)
+    k_qk_rope_store(T *qkv, int64_t stride, int64_t n_tok, int n_heads, int n_kv, int hd,
+                    const void *q_norm, const void *k_norm, int wdt, float eps, int rot,
+                    int interleaved, float mscale, const float *inv_freq, const int32_t *pos,
+                    const int32_t *slots, T *kc, T *vc, int64_t n_slots)
+{
+    __shared__ float sh[QRS_WARPS][QRS_MAX_D];
+    tk_pdl_wait();
+    tk_pdl_launch();
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int per_tok = n_heads + 2 * n_kv;
+    int64_t gid = (int64_t)blockIdx.x * QRS_WARPS + warp;
+    if (gid >= n_tok * per_tok) return;
+    int64_t t = gid / per_tok;
+    int j = (int)(gid % per_tok);
+    T *hp = qkv + t * stride + (int64_t)j * hd;
+    int64_t slot = slots[t], kv_dim = (int64_t)n_kv * hd;
+    bool store = slot >= 0 && slot < n_slots;
+    if (j >= n_heads + n_kv) { /* a v head */
+        if (!store) return;
+        T *dst = vc + slot * kv_dim + (int64_t)(j - n_heads - n_kv) * hd;
+        for (int i = lane; i < hd; i += 32) dst[i] = hp[i];
+        return;
+    }
+    float *x = sh[warp];
+    for (int i = lane; i < hd; i += 32) x[i] = tk_f(hp[i]);
+    if (q_norm) {
+        const void *w = j < n_heads ? q_norm : k_norm;
+        float ss = 0.0f;
+        for (int i = lane; i < hd; i += 32) {
+            float v = x[i];
+            ss += v * v;
+        }
+        ss = tk_warp_sum(ss);
+        float inv = rsqrtf(ss / (float)hd + eps);
+        for (int i = lane; i < hd; i += 32) x[i] = tk_f(tk_from<T>(x[i] * inv * tk_ld(w, wdt, i)));
+    }
+    __syncwarp();
+    int half = rot / 2;
+    for (int i = lane; i < half; i += 32) {
+        float angle = (float)pos[t] * inv_freq[i];
+        float s, c;
+        sincosf(angle, &s, &c);
+        c *= mscale;
+        s *= mscale;
+        int i1 = interleaved ? 2 * i : i, i2 = interleaved ? 2 * i + 1 : i + half;
+        float x1 = x[i1], x2 = x[i2];
+        x[i1] = tk_f(tk_from<T>(x1 * c - x2 * s));
+        x[i2] = tk_f(tk_from<T>(x2 * c + x1 * s));
+    }
+    __syncwarp();
+    bool to_cache = j >= n_heads && store;
+    T *dst = to_cache ? kc + slot * kv_dim + (int64_t)(j - n_heads) * hd : hp;
+    for (int i = lane; i < hd; i += 32) {
+        T v = tk_from<T>(x[i]);
+        hp[i] = v;
+        if (to_cache) dst[i] = v;
+    }
+}
+
+extern "C" int tk_qk_rope_store_fits(int head_dim, int rotary_dim)
+{
+    return head_dim > 0 && head_dim <= QRS_MAX_D && rotary_dim > 0 && rotary_dim % 2 == 0 &&
+           rotary_dim <= head_dim;
+}
+
+extern "C" cudaError_t tk_qk_rope_store(cudaStream_t st, void *qkv, int adt, int64_t stride,
+                                        int64_t n_tok, int n_heads, int n_kv_heads, int head_dim,
+                                        const void *q_norm, const void *k_norm, int wdt, float eps,
+                                        int rotary_dim, int interleaved, float mscale,
+                                        const float *inv_freq, const int32_t *positions,
+                                        const int32_t *slots, void *k_cache, void *v_cache,
+                                        int64_t n_slots)
+{
+    if (n_tok <= 0) return cudaSuccess;
+    if (!tk_qk_rope_store_fits(head_dim, rotary_dim)) return cudaErrorInvalidValue;
+    int64_t warps = n_tok * (n_heads + 2 * n_kv_heads);
+    unsigned blocks = (unsigned)tk_cdiv(warps, QRS_WARPS);
+    if (adt == TK_BF16)
+        return tk_launch(k_qk_rope_store<bf16>, blocks, QRS_WARPS * 32, 0, st, (bf16 *)qkv, stride,
+                         n_tok, n_heads, n_kv_heads, head_dim, q_norm, k_norm, wdt, eps,
+                         rotary_dim, interleaved, mscale, inv_freq, positions, slots,
+                         (bf16 *)k_cache, (bf16 *)v_cache, n_slots);
+    return tk_launch(k_qk_rope_store<float>, blocks, QRS_WARPS * 32, 0, st, (float *)qkv, stride,
+                     n_tok, n_heads, n_kv_heads, head_dim, q_norm, k_norm, wdt, eps, rotary_dim,
+                     interleaved, mscale, inv_freq, positions, slots, (float *)k_cache,
+                     (float *)v_cache, n_slots);
 }
 
 /* ------------------------------------------------------------ silu_mul, add */
@@ -245,6 +364,8 @@ extern "C" cudaError_t tk_kv_store(cudaStream_t st, const void *qkv, int adt, in
 template <typename T>
 static __global__ void k_silu_mul(const T *gu, T *out, int64_t n_tok, int64_t ff)
 {
+    tk_pdl_wait();
+    tk_pdl_launch();
     int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (id >= n_tok * ff) return;
     int64_t t = id / ff, i = id % ff;
@@ -255,19 +376,24 @@ static __global__ void k_silu_mul(const T *gu, T *out, int64_t n_tok, int64_t ff
 extern "C" cudaError_t tk_silu_mul(cudaStream_t st, const void *gate_up, void *out, int adt,
                                    int64_t n_tok, int64_t ff)
 {
+    cudaError_t e = cudaSuccess;
     int64_t n = n_tok * ff;
     if (n <= 0) return cudaSuccess;
     unsigned blocks = (unsigned)tk_cdiv(n, 256);
     if (adt == TK_BF16)
-        k_silu_mul<bf16><<<blocks, 256, 0, st>>>((const bf16 *)gate_up, (bf16 *)out, n_tok, ff);
+        e = tk_launch(k_silu_mul<bf16>, blocks, 256, 0, st, (const bf16 *)gate_up, (bf16 *)out,
+                      n_tok, ff);
     else
-        k_silu_mul<float><<<blocks, 256, 0, st>>>((const float *)gate_up, (float *)out, n_tok, ff);
-    return TK_LAUNCHED();
+        e = tk_launch(k_silu_mul<float>, blocks, 256, 0, st, (const float *)gate_up, (float *)out,
+                      n_tok, ff);
+    return e;
 }
 
 template <typename T, typename TB>
 static __global__ void k_add(const T *a, const TB *b, T *out, int64_t n)
 {
+    tk_pdl_wait();
+    tk_pdl_launch();
     int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (id < n) out[id] = tk_from<T>(tk_f(a[id]) + tk_f(b[id]));
 }
@@ -275,17 +401,19 @@ static __global__ void k_add(const T *a, const TB *b, T *out, int64_t n)
 extern "C" cudaError_t tk_add(cudaStream_t st, const void *a, const void *b, int bdt, void *out,
                               int adt, int64_t n)
 {
+    cudaError_t e = cudaSuccess;
     if (n <= 0) return cudaSuccess;
     unsigned blocks = (unsigned)tk_cdiv(n, 256);
     if (adt == TK_BF16)
-        k_add<bf16, bf16><<<blocks, 256, 0, st>>>((const bf16 *)a, (const bf16 *)b, (bf16 *)out, n);
+        e = tk_launch(k_add<bf16, bf16>, blocks, 256, 0, st, (const bf16 *)a, (const bf16 *)b,
+                      (bf16 *)out, n);
     else if (bdt == TK_BF16)
-        k_add<float, bf16><<<blocks, 256, 0, st>>>((const float *)a, (const bf16 *)b, (float *)out,
-                                                   n);
+        e = tk_launch(k_add<float, bf16>, blocks, 256, 0, st, (const float *)a, (const bf16 *)b,
+                      (float *)out, n);
     else
-        k_add<float, float><<<blocks, 256, 0, st>>>((const float *)a, (const float *)b,
-                                                    (float *)out, n);
-    return TK_LAUNCHED();
+        e = tk_launch(k_add<float, float>, blocks, 256, 0, st, (const float *)a, (const float *)b,
+                      (float *)out, n);
+    return e;
 }
 
 /* ------------------------------------------------------------ argmax */
@@ -300,6 +428,8 @@ static __device__ __forceinline__ void better(float &bv, int64_t &bi, float v, i
 
 static __global__ void k_argmax(const float *logits, int64_t vocab, int32_t *out)
 {
+    tk_pdl_wait();
+    tk_pdl_launch();
     __shared__ float sv[32];
     __shared__ int64_t si[32];
     const float *row = logits + (int64_t)blockIdx.x * vocab;
@@ -326,9 +456,10 @@ static __global__ void k_argmax(const float *logits, int64_t vocab, int32_t *out
 extern "C" cudaError_t tk_argmax(cudaStream_t st, const float *logits, int64_t n_rows,
                                  int64_t vocab, int32_t *out)
 {
+    cudaError_t e = cudaSuccess;
     if (n_rows <= 0) return cudaSuccess;
-    k_argmax<<<(unsigned)n_rows, 1024, 0, st>>>(logits, vocab, out);
-    return TK_LAUNCHED();
+    e = tk_launch(k_argmax, (unsigned)n_rows, 1024, 0, st, logits, vocab, out);
+    return e;
 }
 
 /* ------------------------------------------------------------ bias add */
@@ -336,6 +467,8 @@ extern "C" cudaError_t tk_argmax(cudaStream_t st, const float *logits, int64_t n
 static __global__ void k_bias_add(void *y, int ydt, int64_t ys, const void *bias, int bdt,
                                   int64_t n_out)
 {
+    tk_pdl_wait();
+    tk_pdl_launch();
     int64_t t = blockIdx.y;
     for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < n_out;
          c += (int64_t)gridDim.x * blockDim.x)
@@ -345,8 +478,9 @@ static __global__ void k_bias_add(void *y, int ydt, int64_t ys, const void *bias
 extern "C" cudaError_t tk_bias_add(cudaStream_t st, void *y, int ydt, int64_t y_stride,
                                    const void *bias, int bdt, int64_t n_tok, int64_t n_out)
 {
+    cudaError_t e = cudaSuccess;
     if (n_tok <= 0 || n_out <= 0) return cudaSuccess;
     dim3 grid((unsigned)(tk_cdiv(n_out, 256) < 64 ? tk_cdiv(n_out, 256) : 64), (unsigned)n_tok);
-    k_bias_add<<<grid, 256, 0, st>>>(y, ydt, y_stride, bias, bdt, n_out);
-    return TK_LAUNCHED();
+    e = tk_launch(k_bias_add, grid, 256, 0, st, y, ydt, y_stride, bias, bdt, n_out);
+    return e;
 }
