@@ -9,7 +9,8 @@
 # greedy, and sampled with device sampling on and off (top_k 50 + top_p 0.95
 # for 128 tokens; top_p 0.95 alone, which sorts the whole row on the CPU,
 # for 32). Logs and JSON go to $OUT.
-# Env: GPU_SAMPLE_BENCH=0 skips the model and benches.
+# Env: GPU_SAMPLE_TESTS lists the tests run first; GPU_SAMPLE_BENCH=0 skips the model and benches; GPU_SAMPLE_RUNS lists
+# the bench runs (default "greedy topk_on topk_off topp_on topp_off").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-sample-out}
@@ -20,7 +21,7 @@ python3 -c "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2]
 cr() { LD_LIBRARY_PATH=$C:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} "$@"; }
 echo "== binaries of commit $(cat $C/commit)"
 export TERN_TEST_FIXTURES=$PWD/tests/fixtures
-for t in test_sample_cuda test_sample_engine_cuda test_ops_cuda; do
+for t in ${GPU_SAMPLE_TESTS:-test_sample_cuda test_sample_engine_cuda test_ops_cuda}; do
   cr timeout 120 $C/$t >"$OUT/$t.log" 2>&1; echo "$t rc=$?"
   grep -E "draws equal|mismatch|request|PASSED|FAILED" "$OUT/$t.log" | head -40
 done
@@ -28,8 +29,10 @@ done
 timeout 100 python3 tools/make_model.py --preset llama-3.1-8b --out "$MODEL" \
   --tokenizer-dir $C/tok-llama3_1 >"$OUT/make_model.log" 2>&1; echo "make_model rc=$?"
 B="$C/tern bench --model $MODEL --device cuda --concurrency 64 --prompt-len 128 --json"
+RUNS=" ${GPU_SAMPLE_RUNS:-greedy topk_on topk_off topp_on topp_off} "
 run() { # name, env value of TERN_GPU_SAMPLE, bench flags...
   local n=$1 g=$2; shift 2
+  [[ "$RUNS" == *" $n "* ]] || return 0
   TERN_GPU_SAMPLE=$g cr timeout 150 $B "$@" >"$OUT/$n.json" 2>"$OUT/$n.err"; echo "$n rc=$?"
 }
 run greedy 1 --gen 128
@@ -38,6 +41,7 @@ run topk_off 0 --gen 128 --temperature 0.8 --top-k 50 --top-p 0.95
 run topp_on 1 --gen 32 --temperature 0.8 --top-p 0.95
 run topp_off 0 --gen 32 --temperature 0.8 --top-p 0.95
 rm -rf "$MODEL"
+find "$OUT" -type f -empty -delete
 python3 - "$OUT" <<'PY'
 import json, sys, os
 out = sys.argv[1]

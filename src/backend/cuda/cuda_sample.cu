@@ -10,6 +10,8 @@
  * come from the raw row: the token's, and the n_top best (descending, lower
  * id on ties). Top-k / nucleus thresholds come from a radix select over the
  * float bits (4 passes of 256 bins) and an id bisection for ties; no sort.
+ * After a top_k of at most 1,024 the kept tokens are compacted (id order)
+ * into shared memory and the rest reads only them.
  * Sums are in double like the CPU's, in another order: only draws within
  * rounding of a boundary could differ. ±0 share one key (the CPU compares
  * them equal). Depends on cuda_common.cuh; ts_params / ts_edit mirror
@@ -218,6 +220,42 @@ static __device__ void ts_select(ts_row &r, bool mass, double target, double *hi
     }
 }
 
+/* After a top_k of k <= blockDim.x: the k kept tokens, in id order, as the
+ * row itself (cx = their x, cid = their ids); what follows (top_p, min_p,
+ * the draw) then reads k values instead of the vocabulary. Index order is
+ * id order, so ties and the draw walk as before. */
+static __device__ void ts_compact(ts_row &r, float *cx, int32_t *cid)
+{
+    __shared__ int n_s;
+    if (threadIdx.x == 0) n_s = 0;
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < r.V; i += blockDim.x) {
+        float x = ts_x(r, i);
+        if (!ts_kept(r, x, i)) continue;
+        int slot = atomicAdd(&n_s, 1);
+        if (slot >= (int)blockDim.x) continue; /* never: exactly k are kept */
+        cx[slot] = x;
+        cid[slot] = (int32_t)i;
+    }
+    __syncthreads();
+    int n = n_s < (int)blockDim.x ? n_s : (int)blockDim.x, rank = 0, t = threadIdx.x;
+    float x = 0.0f;
+    int32_t id = 0;
+    if (t < n) { /* rank by id: ids are distinct */
+        x = cx[t];
+        id = cid[t];
+        for (int j = 0; j < n; j++) rank += cid[j] < id;
+    }
+    __syncthreads();
+    if (t < n) cx[rank] = x, cid[rank] = id;
+    __syncthreads();
+    r.lg = cx;
+    r.V = n;
+    r.scale = false; /* cx holds x after temperature */
+    r.tkey = 0;
+    r.tcut = n;
+}
+
 /* Block-wide maximum of a 64-bit key (every thread gets it). */
 static __device__ unsigned long long ts_max64(unsigned long long v, unsigned long long *sh)
 {
@@ -334,9 +372,11 @@ static __device__ void ts_logprobs(const float *raw, int64_t V, int64_t tok, con
                                    unsigned long long *sh64)
 {
     float lm = -INFINITY;
+#pragma unroll 4
     for (int64_t i = threadIdx.x; i < V; i += blockDim.x) lm = fmaxf(lm, raw[i]);
     lm = ts_max(lm, shf);
     double lz = 0.0;
+#pragma unroll 4
     for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
         if (!isnan(raw[i])) lz += exp((double)raw[i] - lm);
     lz = ts_sum(lz, sh);
@@ -387,6 +427,7 @@ static __global__ void __launch_bounds__(1024) k_sample(const float *logits, int
     r.floor_ = -INFINITY;
     float mx = -INFINITY;
     double nf = 0.0;
+#pragma unroll 4
     for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
         float x = ts_x(r, i);
         mx = fmaxf(mx, x);
@@ -398,10 +439,17 @@ static __global__ void __launch_bounds__(1024) k_sample(const float *logits, int
     if (p.temperature == 0.0f) {
         tok = ts_first_max(r, sh64);
     } else {
-        if (p.top_k > 0 && (double)p.top_k < nf) ts_select(r, false, (double)p.top_k, hist, sh);
+        __shared__ float cx[TS_THREADS];
+        __shared__ int32_t cid[TS_THREADS];
+        bool compact = false;
+        if (p.top_k > 0 && (double)p.top_k < nf) {
+            ts_select(r, false, (double)p.top_k, hist, sh);
+            compact = p.top_k <= TS_THREADS;
+            if (compact) ts_compact(r, cx, cid);
+        }
         if (p.top_p < 1.0f) {
             double z = 0.0;
-            for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+            for (int64_t i = threadIdx.x; i < r.V; i += blockDim.x) {
                 float x = ts_x(r, i);
                 if (ts_kept(r, x, i)) z += exp((double)x - r.m);
             }
@@ -410,6 +458,7 @@ static __global__ void __launch_bounds__(1024) k_sample(const float *logits, int
         }
         if (p.min_p > 0.0f) r.floor_ = r.m + log((double)p.min_p);
         tok = ts_draw(r, p, sh);
+        if (compact) tok = cid[tok];
     }
     int32_t *rr = res + 2 * (int64_t)blockIdx.x;
     if (threadIdx.x == 0) rr[0] = (int32_t)tok, rr[1] = 0;
