@@ -216,7 +216,10 @@ enum tern_status tern_logits(struct tern_engine *engine, const int32_t *ids, int
 /* Per-request sampling. Initialise with tern_sampling_default_params(), which
  * gives greedy decoding; tern_engine_sampling_defaults() gives the model's
  * generation_config.json values. Processors apply in this order: penalties,
- * logit_bias, temperature, top_k, top_p, min_p, then sampling. */
+ * logit_bias, temperature, top_k, top_p, min_p, then sampling. On a CUDA
+ * engine this runs on the device (the same draws as the CPU sampler; only
+ * ids and requested logprobs leave the GPU); TERN_GPU_SAMPLE=0 in the
+ * environment sends the logits to the CPU sampler instead. */
 struct tern_sampling_params {
     float temperature;        /* 0 = greedy */
     int32_t top_k;            /* 0 = off */

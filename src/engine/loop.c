@@ -14,6 +14,8 @@
  * and only ids and requested logprobs come back. Rows the device cannot
  * take exactly (a logit_bias naming one token twice), and every row
  * without a sample op, download their logits row for the CPU sampler.
+ * One difference remains: a row with no finite logit (a broken model) is an
+ * error for the CPU sampler but token 0 on the device.
  */
 #include "engine/stream.h"
 
