@@ -2,7 +2,8 @@
 # Runs on the GPU machine with .gpu-carry/quant (built here by
 # `TERN_GPU_BUILD=build/gpu-quant TERN_GPU_CARRY=.gpu-carry/quant
 # scripts/gpu-decode-prebuild.sh` plus dev/kernels/bench_quant.c linked
-# against that build's libtern.a, copied to the carry as bench_quant): the
+# against that build's libtern.a, stripped, xz'd into the carry as
+# bench_quant.xz): the
 # quantized GEMV bench (tensor-core kernel vs v1 / v2 per Llama-3.1-8B
 # shape), the CUDA tests (scripts/gpu-check.sh, no benches), then a
 # random-weight Llama-3.1-8B-shaped model at 4-bit g64 through `tern bench`
@@ -15,11 +16,14 @@ CARRY=${TERN_GPU_CARRY:-.gpu-carry/quant}
 C=/tmp/tern-carry MODEL=/tmp/tern-llama8b Q=/tmp/tern-llama8b-q4
 mkdir -p "$OUT" $C
 python3 -c "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" $CARRY/bins.tar.xz $C
+# bench_quant travels xz-compressed (the carry's 64 MiB limit)
+python3 -c "import lzma,sys,shutil; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" \
+  $CARRY/bench_quant.xz $C/bench_quant && chmod +x $C/bench_quant
 export LD_LIBRARY_PATH=$C:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv | tee "$OUT/gpu.txt"
 echo "== bench_quant (binaries of commit $(cat $C/commit))"
-timeout 200 $CARRY/bench_quant ${BENCH_SAMPLES:-15} >"$OUT/bench_quant.log" 2>&1; echo "bench_quant rc=$?"
-grep -vE "^(decode weights|copy bandwidth)" "$OUT/bench_quant.log" | grep -E "T1 |T8 |bandwidth" | head -60
+timeout 200 $C/bench_quant ${BENCH_SAMPLES:-15} >"$OUT/bench_quant.log" 2>&1; echo "bench_quant rc=$?"
+grep -vE "^(decode weights|copy bandwidth)" "$OUT/bench_quant.log" | grep -E "T1 |T8 |bandwidth" | head -90
 sed -n '/==== summary ====/,$p' "$OUT/bench_quant.log"
 echo "== tests"
 TERN_GPU_CARRY=$CARRY GPU_CHECK_BENCH=0 OUT=$OUT bash scripts/gpu-check.sh 2>&1 | tail -15

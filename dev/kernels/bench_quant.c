@@ -52,16 +52,20 @@ static const struct shape SHAPES[] = {
 #define N_LAYERS 32
 #define BATCH 20
 
-enum { K_V1 = 1, K_V2 = 2, K_MMA = 3 };
+enum { K_V1 = 1, K_V2 = 2, K_MMA = 3, K_W1 = 4, K_W2, K_W4, K_W8 };
 struct cfg {
     int bits, group, kernel, n_tok;
 };
+/* K_Wn: the tensor-core kernel with n warps per tile forced (the shape's
+ * choice is K_MMA). */
 static const struct cfg CFGS[] = {
-    {4, 64, K_V1, 1}, {4, 64, K_V2, 1}, {4, 64, K_MMA, 1}, {4, 64, K_MMA, 8}, {4, 32, K_MMA, 1},
-    {4, 128, K_MMA, 1}, {8, 64, K_V1, 1}, {8, 64, K_MMA, 1}, {8, 64, K_MMA, 8},
+    {4, 64, K_V1, 1},  {4, 64, K_V2, 1},   {4, 64, K_MMA, 1}, {4, 64, K_MMA, 8},
+    {4, 64, K_W1, 1},  {4, 64, K_W2, 1},   {4, 64, K_W4, 1},  {4, 64, K_W8, 1},
+    {4, 32, K_MMA, 1}, {4, 128, K_MMA, 1}, {8, 64, K_V1, 1},  {8, 64, K_MMA, 1},
+    {8, 64, K_MMA, 8}, {8, 32, K_MMA, 1},  {8, 128, K_MMA, 1},
 };
 #define N_CFGS (int)(sizeof CFGS / sizeof CFGS[0])
-static const char *KNAME[] = {"", "v1", "v2", "mma"};
+static const char *KNAME[] = {"", "v1", "v2", "mma", "mmaW1", "mmaW2", "mmaW4", "mmaW8"};
 
 static int samples = 15;
 static double copy_gbs;
@@ -72,7 +76,7 @@ static void fill(void *p, size_t n, uint32_t seed)
     /* bf16 bit patterns 0x3c00..0x3cff (~0.008) as halves, anything as words. */
     uint16_t *h = malloc(n);
     for (size_t i = 0; i < n / 2; i++)
-        h[i] = (uint16_t)(0x3c00 | ((i + seed) * 2654435761u >> 24));
+        h[i] = (uint16_t)(0x3c00 | (((i + seed) * 2654435761u >> 24) & 0xff));
     CK(cudaMemcpy(p, h, n, cudaMemcpyHostToDevice));
     free(h);
 }
@@ -110,6 +114,9 @@ static cudaError_t gemv(int kernel, const struct tk_qmat *m, const void *x, void
                         int64_t in, int64_t out)
 {
     if (kernel == K_MMA) return tk_qgemv_mma(0, m, x, in, NULL, 0, y, TK_F32, out, n_tok, in, out);
+    if (kernel >= K_W1)
+        return tk_qgemv_mma_split_as(0, m, x, in, NULL, 0, y, TK_F32, out, n_tok, in, out,
+                                     1 << (kernel - K_W1));
     if (kernel == K_V2) return tk_qgemv2(0, m, x, in, NULL, 0, y, TK_F32, out, n_tok, in, out);
     return tk_qgemv(0, m, x, TK_BF16, in, NULL, 0, y, TK_F32, out, n_tok, in, out,
                     n_tok <= 2 ? 4 : 2);

@@ -8,12 +8,12 @@
  * the quantized table. Inputs are BF16-exact on both sides. Skipped without
  * a CUDA device.
  *
- * The tensor-core GEMV (cuda_quant_mma.cu, the default for 4/8 bits with
- * BF16 / F16 scales) is checked at every T = 1..8, with 333 output rows (not
- * a multiple of its 16-row tile) and shapes that give each K split (1, 2, 8
- * warps per tile); the same weights through TERN_QUANT_KERNEL=v1 too; and
- * for batch invariance: each token of a T = 8 launch bitwise equal to the
- * same token alone (T = 1).
+ * The GEMV is checked at every T = 1..8 with the default kernels and with
+ * TERN_QUANT_KERNEL=v3 (the tensor-core GEMV of cuda_quant_mma.cu, 4/8 bits
+ * with BF16 / F16 scales), with 333 output rows (not a multiple of its
+ * 16-row tile) and shapes that give each K split (1, 2, 4, 8 warps per
+ * tile); and for batch invariance: each token of a T = 8 launch bitwise
+ * equal to the same token alone (T = 1), on both.
  *
  * Tolerances (max |diff| / max |ref|): the GEMV accumulates in float32 like
  * the CPU, in another order: 1e-4. The cuBLASLt path multiplies BF16-rounded
@@ -33,7 +33,7 @@
 #include "backend/cuda/cuda_quant.h" /* tk_qgemv_mma_ok / _split: which kernel a shape gets */
 #endif
 
-static struct tern_backend *cpu, *gpu, *gpu_det, *gpu_v1;
+static struct tern_backend *cpu, *gpu, *gpu_det, *gpu_v3;
 static uint64_t rng = 88172645463325252ull;
 
 static float frand(void)
@@ -180,14 +180,15 @@ static float *gpu_y(struct tern_backend *g, struct tern_linear *lg, const uint16
     return r;
 }
 
-/* Each token of a T = 8 launch bitwise equal to the same token alone. */
-static void check_batch_invariant(struct tern_linear *lg, int64_t in, int64_t out, const char *what)
+/* Each token of a T = 8 launch on g bitwise equal to the same token alone. */
+static void check_batch_invariant(struct tern_backend *g, struct tern_linear *lg, int64_t in,
+                                  int64_t out, const char *what)
 {
     uint16_t *xb = tern_malloc((size_t)(8 * in) * 2);
     for (int64_t i = 0; i < 8 * in; i++) xb[i] = tern_f32_to_bf16(frand());
-    float *y8 = gpu_y(gpu, lg, xb, 8, in, out);
+    float *y8 = gpu_y(g, lg, xb, 8, in, out);
     for (int64_t t = 0; t < 8; t++) {
-        float *y1 = gpu_y(gpu, lg, xb + t * in, 1, in, out);
+        float *y1 = gpu_y(g, lg, xb + t * in, 1, in, out);
         if (memcmp(y1, y8 + t * out, (size_t)out * 4) != 0)
             fail_msg("%s: token %d alone differs from the same token in a batch of 8", what, (int)t);
         tern_free(y1);
@@ -196,7 +197,7 @@ static void check_batch_invariant(struct tern_linear *lg, int64_t in, int64_t ou
     tern_free(xb);
 }
 
-/* True where the default GEMV is the tensor-core one (16-byte aligned operands). */
+/* True where TERN_QUANT_KERNEL=v3 takes the tensor-core GEMV (16-byte aligned operands). */
 static bool mma_applies(int bits, int g, enum tern_dtype sdt, int64_t in, int64_t out)
 {
 #ifdef TERN_HAVE_CUDA
@@ -210,34 +211,36 @@ static bool mma_applies(int bits, int g, enum tern_dtype sdt, int64_t in, int64_
 #endif
 }
 
-/* The GEMV at T = 1..8 on both kernels, against the CPU; batch invariance. */
+/* The GEMV at T = 1..8 with the default kernels and with v3, against the
+ * CPU; batch invariance of both. */
 static double check_gemv(int bits, int g, enum tern_dtype sdt, int64_t out, int64_t in)
 {
     struct qhost h = qhost_make(out, in, bits, g, sdt);
     bool mma = mma_applies(bits, g, sdt, in, out);
-    double worst = 0, worst_v1 = 0;
+    double worst = 0, worst_v3 = 0;
     for (int wb = 0; wb < 2; wb++) {
         struct tern_linear lc = lin_on(cpu, &h, out, in, bits, g, wb);
         struct tern_linear lg = lin_on(gpu, &h, out, in, bits, g, wb);
-        struct tern_linear l1 = lin_on(gpu_v1, &h, out, in, bits, g, wb);
+        struct tern_linear l3 = lin_on(gpu_v3, &h, out, in, bits, g, wb);
         for (int64_t T = 1; T <= 8; T++) {
             double e = run_matmul(gpu, &lg, &lc, T, in, out);
             if (e > worst) worst = e;
-            e = run_matmul(gpu_v1, &l1, &lc, T, in, out);
-            if (e > worst_v1) worst_v1 = e;
+            e = run_matmul(gpu_v3, &l3, &lc, T, in, out);
+            if (e > worst_v3) worst_v3 = e;
         }
         char what[64];
         snprintf(what, sizeof what, "b%d g%d %s [%d x %d]", bits, g, tern_dtype_name(sdt), (int)out,
                  (int)in);
-        check_batch_invariant(&lg, in, out, what);
+        check_batch_invariant(gpu, &lg, in, out, what);
+        check_batch_invariant(gpu_v3, &l3, in, out, what);
         lin_free(cpu, &lc);
         lin_free(gpu, &lg);
-        lin_free(gpu_v1, &l1);
+        lin_free(gpu_v3, &l3);
     }
-    printf("  b%d g%-3d %-4s [%5d x %4d] T=1..8 %s rel err %.2e  v1 %.2e  (batch-invariant)\n",
-           bits, g, tern_dtype_name(sdt), (int)out, (int)in, mma ? "mma" : "v1 ", worst, worst_v1);
+    printf("  b%d g%-3d %-4s [%5d x %4d] T=1..8 rel err default %.2e  v3 (%s) %.2e  (batch-invariant)\n",
+           bits, g, tern_dtype_name(sdt), (int)out, (int)in, worst, mma ? "mma" : "v1 ", worst_v3);
     if (!(worst <= 1e-4)) fail_msg("b%d g%d: gemv rel err %.2e", bits, g, worst);
-    if (!(worst_v1 <= 1e-4)) fail_msg("b%d g%d: v1 gemv rel err %.2e", bits, g, worst_v1);
+    if (!(worst_v3 <= 1e-4)) fail_msg("b%d g%d: v3 gemv rel err %.2e", bits, g, worst_v3);
     tern_free(h.q);
     tern_free(h.s);
     tern_free(h.b);
@@ -279,8 +282,9 @@ static void check_combo(int bits, int g, enum tern_dtype sdt)
 }
 
 /* Every bits x group (BF16 scales) and 4/8 bits with F16 scales through the
- * GEMV at T = 1..8 with 333 rows; then shapes for each K split of the
- * tensor-core kernel (tk_qgemv_mma_split: 8, 2 and 1 warps per tile). */
+ * GEMV at T = 1..8 with 333 rows (8-bit g32/g64 there: 4 warps per tile);
+ * then shapes for the other K splits of the tensor-core kernel
+ * (tk_qgemv_mma_split: 8, 2 and 1 warps per tile). */
 static void test_gemv_all_t(void **state)
 {
     (void)state;
@@ -298,9 +302,10 @@ static void test_gemv_all_t(void **state)
     check_gemv(4, 128, TERN_DTYPE_BF16, 32775, 256); /* 1 warp per tile */
     check_gemv(8, 64, TERN_DTYPE_BF16, 32775, 128);  /* 1 warp per tile */
 #ifdef TERN_HAVE_CUDA
-    if (tk_qgemv_mma_split(4, 4096, 40) != 8 || tk_qgemv_mma_split(4, 512, 16392) != 2 ||
-        tk_qgemv_mma_split(4, 256, 32775) != 1)
-        fail_msg("tk_qgemv_mma_split: the test shapes no longer cover 8, 2 and 1 warps per tile");
+    if (tk_qgemv_mma_split(4, 64, 4096, 40) != 8 || tk_qgemv_mma_split(4, 32, 512, 16392) != 2 ||
+        tk_qgemv_mma_split(4, 128, 256, 32775) != 1 || tk_qgemv_mma_split(8, 128, 2048, 40) != 8 ||
+        tk_qgemv_mma_split(8, 64, 128, 32775) != 1 || tk_qgemv_mma_split(8, 64, 768, 333) != 4)
+        fail_msg("tk_qgemv_mma_split: the test shapes no longer cover 8, 4, 2 and 1 warps per tile");
 #endif
     if (!mma_applies(4, 64, TERN_DTYPE_BF16, 4096, 4096) || !mma_applies(8, 32, TERN_DTYPE_F16, 128, 8) ||
         mma_applies(4, 64, TERN_DTYPE_F32, 4096, 4096) || mma_applies(2, 64, TERN_DTYPE_BF16, 4096, 4096))
@@ -333,8 +338,8 @@ static int setup(void **state)
     p.deterministic = true;
     ok(tern_backend_create(&p, &gpu_det));
     p.deterministic = false;
-    setenv("TERN_QUANT_KERNEL", "v1", 1);
-    ok(tern_backend_create(&p, &gpu_v1));
+    setenv("TERN_QUANT_KERNEL", "v3", 1);
+    ok(tern_backend_create(&p, &gpu_v3));
     unsetenv("TERN_QUANT_KERNEL");
     return 0;
 }
@@ -342,7 +347,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    tern_backend_destroy(gpu_v1);
+    tern_backend_destroy(gpu_v3);
     tern_backend_destroy(gpu_det);
     tern_backend_destroy(gpu);
     tern_backend_destroy(cpu);

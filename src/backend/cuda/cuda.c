@@ -544,12 +544,15 @@ enum tern_status tern_backend_cuda_create(const struct tern_backend_params *para
     c->base.n_threads = 1;
     c->base.deterministic = params->deterministic;
     c->device = params->device_index;
-    /* Quantized kernels: by default the v1 GEMV (faster at decode) and the v2
+    /* Quantized kernels: by default the v1 GEMV (decode) and the v2
      * dequantize (2.7x faster prefill), docs/perf/quant.md, 2026-11-29;
-     * TERN_QUANT_KERNEL=v1 or v2 forces both to one version. */
+     * TERN_QUANT_KERNEL=v1 or v2 forces both to one version, v3 takes the
+     * tensor-core GEMV (no faster than v1 at batch 1 on the H200) with the
+     * v2 dequantize. */
     const char *qk = getenv("TERN_QUANT_KERNEL");
     bool q1 = qk && strcmp(qk, "v1") == 0, q2 = qk && strcmp(qk, "v2") == 0;
-    c->qgemv_version = q2 ? 2 : 1;
+    bool q3 = qk && strcmp(qk, "v3") == 0;
+    c->qgemv_version = q3 ? 3 : q2 ? 2 : 1;
     c->qdequant_version = q1 ? 1 : 2;
     enum tern_status st = cu_init(c, c->device);
     if (st != TERN_OK) {

@@ -10,10 +10,10 @@
  * (stream-ordered, graph-capturable, reused by the pool without returning to
  * the driver once the release threshold is raised), so no per-layer scratch
  * has to be sized up front. The backend's qgemv_version / qdequant_version
- * (TERN_QUANT_KERNEL; default: the tensor-core GEMV of cuda_quant_mma.cu,
- * "v3", and the v2 dequantize) pick v1 (cuda_quant.cu), v2
- * (cuda_quant_v2.cu) or v3 of the GEMV and v1 or v2 of the dequantize,
- * each where it applies; v1 is the fallback for every operand.
+ * (TERN_QUANT_KERNEL; default GEMV v1, dequantize v2) pick v1
+ * (cuda_quant.cu), v2 (cuda_quant_v2.cu) or v3 (the tensor-core GEMV of
+ * cuda_quant_mma.cu, TERN_QUANT_KERNEL=v3) of the GEMV and v1 or v2 of the
+ * dequantize, each where it applies; v1 is the fallback for every operand.
  * Depends on cuda_internal.h, cuda_quant.h.
  */
 #include "backend/cuda/cuda_quant.h"

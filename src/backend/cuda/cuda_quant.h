@@ -41,16 +41,21 @@ cudaError_t tk_qgemv2(cudaStream_t st, const struct tk_qmat *m, const void *x, i
                       const void *bias, int bdt, void *y, int ydt, int64_t y_stride, int64_t n_tok,
                       int64_t in, int64_t out);
 /* Tensor-core GEMV (cuda_quant_mma.cu), the same product for 4/8 bits,
- * BF16 or F16 scales, group 32/64/128, BF16 x, in % 256 (4 bits) or % 128
- * (8 bits) == 0, 16-byte aligned x and q (tk_qgemv_mma_ok). A token's result
+ * BF16 or F16 scales, group 32/64/128, BF16 x, in % 256 (4 bits, 8 bits
+ * group 128) or % 128 (8 bits, group 32/64) == 0, 16-byte aligned x and q (tk_qgemv_mma_ok). A token's result
  * does not depend on the others in the launch. tk_qgemv_mma_split: the
  * warps that share one 16-row tile's K (a function of the shape only). */
 int tk_qgemv_mma_ok(const struct tk_qmat *m, const void *x, int xdt, int64_t x_stride, int64_t in,
                     int64_t out);
-int tk_qgemv_mma_split(int bits, int64_t in, int64_t out);
+int tk_qgemv_mma_split(int bits, int group, int64_t in, int64_t out);
 cudaError_t tk_qgemv_mma(cudaStream_t st, const struct tk_qmat *m, const void *x, int64_t x_stride,
                          const void *bias, int bdt, void *y, int ydt, int64_t y_stride,
                          int64_t n_tok, int64_t in, int64_t out);
+/* The same with a given K split (1, 2, 4, 8) instead of the shape's (lab). */
+cudaError_t tk_qgemv_mma_split_as(cudaStream_t st, const struct tk_qmat *m, const void *x,
+                                  int64_t x_stride, const void *bias, int bdt, void *y, int ydt,
+                                  int64_t y_stride, int64_t n_tok, int64_t in, int64_t out,
+                                  int wsplit);
 /* v2 dequantize of the whole of m ([rows, in]) to contiguous BF16 out. */
 int tk_qdequant2_ok(const struct tk_qmat *m, int64_t in, const void *out);
 cudaError_t tk_qdequant2(cudaStream_t st, const struct tk_qmat *m, int64_t rows, int64_t in,

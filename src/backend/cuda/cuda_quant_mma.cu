@@ -3,8 +3,10 @@
  * (layout: tensor/quant.h) with the dot products on the tensor cores:
  * y[t, o] = sum_i x[t, i] w[o, i] for up to 8 tokens t, w never leaves
  * registers in any form but its packed one and the bf16 pairs below.
- * Chosen by cuda_quant.c for T <= TERN_CUDA_GEMV_MAX_T where
- * tk_qgemv_mma_ok holds; v1 (cuda_quant.cu) is the fallback.
+ * Chosen by cuda_quant.c with TERN_QUANT_KERNEL=v3 for T <=
+ * TERN_CUDA_GEMV_MAX_T where tk_qgemv_mma_ok holds; v1 (cuda_quant.cu) is
+ * the default and the fallback: measured on the H200 this kernel streams
+ * 4-bit weights no faster than v1 (docs/perf/quant.md, "tensor-core GEMV").
  *
  * One mma.sync.m16n8k16 (bf16 in, f32 out): A = 16 weight rows x 16 k,
  * B = 16 k x 8 tokens (token n is column n; columns >= T are zeros),
@@ -35,8 +37,10 @@
  * unchanged (the CPU, dequantize and get_rows read it too).
  *
  * Work: a warp owns a 16-row tile and a slice of K in steps of 128 bytes
- * per row (256 k at 4 bits, 128 at 8): it loads step i + W while it
- * computes step i (ld.global.nc.L1::no_allocate). W warps of a block split
+ * per row (256 k at 4 bits, 128 at 8; 256 bytes for 8-bit group 128): it
+ * streams its steps through its own ring of 3-4 shared-memory slots
+ * (cp.async, up to 3 steps in flight while it computes one; rows padded
+ * so that the lanes of one shared load hit distinct banks). W warps of a block split
  * K of one tile (step i goes to warp i % W) and are summed through shared
  * memory in warp order; W comes from the shape only (enough warps for the
  * device, at least one step each), never from T. Every instruction is the
@@ -48,51 +52,48 @@
 #include "backend/cuda/cuda_quant.h"
 
 #define QM_WARPS 8
-#define QM_TARGET_WARPS 2048 /* warps a launch should have (132 SMs x 16) */
+/* Warps a launch should have: the K split doubles while tiles x split is
+ * below this (H200, 2026-11-29: gate_up 28672 rows is fastest at 4 warps
+ * per tile, o / down 4096 rows at 8, lm_head 128256 rows within 3% at 1-4). */
+#define QM_TARGET_WARPS 6144
 
-static __device__ __forceinline__ uint32_t ld1(const uint32_t *p)
+static __device__ __forceinline__ uint32_t smem_u32(const void *p)
 {
-    uint32_t v;
-    asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
-    return v;
+    return (uint32_t)__cvta_generic_to_shared(p);
 }
 
-static __device__ __forceinline__ void ld2(const uint32_t *p, uint32_t *v)
-{
-    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];"
-                 : "=r"(v[0]), "=r"(v[1])
-                 : "l"(p));
-}
-
-static __device__ __forceinline__ void ld4(const uint32_t *p, uint32_t *v)
-{
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
-                 : "l"(p));
-}
-
-/* N consecutive 32-bit words (N = 1, 2, 4, 8; p aligned to 4N bytes, 16 for 8). */
+/* Asynchronous global -> shared copy of N bytes (16: L2 only; 4 / 8: .ca). */
 template <int N>
-static __device__ __forceinline__ void ldn(const uint32_t *p, uint32_t *v)
+static __device__ __forceinline__ void cp_async(void *dst, const void *src)
 {
-    if (N == 1) v[0] = ld1(p);
-    else if (N == 2) ld2(p, v);
-    else {
-#pragma unroll
-        for (int i = 0; i < N; i += 4) ld4(p + i, v + i);
-    }
+    if (N == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(smem_u32(dst)), "l"(src),
+                     "n"(N));
 }
 
-/* N consecutive 16-bit scales into (N + 1) / 2 words (p aligned to 2N bytes). */
-template <int N>
-static __device__ __forceinline__ void ldh(const uint16_t *p, uint32_t *v)
+static __device__ __forceinline__ void cp_commit(void) { asm volatile("cp.async.commit_group;"); }
+
+template <int N> static __device__ __forceinline__ void cp_wait(void)
 {
-    if (N == 1) {
-        unsigned short h;
-        asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(h) : "l"(p));
-        v[0] = h;
+    asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+/* N consecutive 32-bit words from shared memory (N = 1, 2, 4, 8). */
+template <int N>
+static __device__ __forceinline__ void lds(const unsigned char *p, uint32_t *v)
+{
+    if (N == 1) v[0] = *(const uint32_t *)p;
+    else if (N == 2) {
+        uint2 u = *(const uint2 *)p;
+        v[0] = u.x, v[1] = u.y;
     } else {
-        ldn<N / 2>((const uint32_t *)p, v);
+#pragma unroll
+        for (int i = 0; i < N; i += 4) {
+            uint4 u = *(const uint4 *)(p + 4 * i);
+            v[i] = u.x, v[i + 1] = u.y, v[i + 2] = u.z, v[i + 3] = u.w;
+        }
     }
 }
 
@@ -129,32 +130,37 @@ static __device__ __forceinline__ void mma(float *d, uint32_t a0, uint32_t a1, u
 }
 
 template <int BITS, int GROUP> struct qm_cfg {
-    static constexpr int SK = BITS == 4 ? 256 : 128;  /* k per step: 128 bytes per row */
-    static constexpr int SG = SK / GROUP;              /* groups per step (1..8) */
-    static constexpr int PW = GROUP * BITS / 128;      /* words per lane per row per group */
-    static constexpr int SH = (SG + 1) / 2;            /* words of SG packed scales */
+    /* k per step: 128 bytes per row, 256 for 8-bit group 128 (2 groups, so
+     * that a row's scales per step are >= 4 bytes for cp.async) */
+    static constexpr int SK = BITS == 4 ? 256 : GROUP == 128 ? 256 : 128;
+    static constexpr int SG = SK / GROUP;             /* groups per step (2..8) */
+    static constexpr int PW = GROUP * BITS / 128;     /* words per lane per row per group */
+    static constexpr int RB = SK * BITS / 8;          /* packed bytes per row per step */
+    /* shared row stride: the rows of one shared-load phase (8 / 4 / 2 rows
+     * for 4 / 8 / 16-byte loads) fall on distinct banks */
+    static constexpr int RS = RB + (PW == 8 ? 16 : 16 * PW);
+    static constexpr int SB = 2 * SG;                 /* scale bytes per row per step */
+    static constexpr int STAGE = 16 * RS + 32 * SB;   /* weights, then scales, then biases */
+    static constexpr int NST = STAGE <= 3072 ? 4 : 3; /* ring stages per warp */
+    static constexpr int CH = RB / 32;                /* 16-byte chunks per lane per step */
 };
 
-/* One step's packed weights (rows g, g + 8: 8 words each) and scales. */
-template <int BITS, int GROUP> struct qm_stage {
-    uint32_t w[2][8];
-    uint32_t s[2][qm_cfg<BITS, GROUP>::SH], b[2][qm_cfg<BITS, GROUP>::SH];
-};
-
+/* Enqueues one step of this warp's tile into a ring slot: lane L copies
+ * 16-byte chunk L + 32 i of the [16 rows, RB bytes] block, and lane L < 16
+ * the scales, L >= 16 the biases of row L % 16. */
 template <int BITS, int GROUP>
-static __device__ __forceinline__ void stage_load(qm_stage<BITS, GROUP> &st, const uint32_t *const *qr,
-                                                  const uint16_t *const *sr,
-                                                  const uint16_t *const *br, int step)
+static __device__ __forceinline__ void stage_issue(unsigned char *slot, const uint32_t *q,
+                                                   const int *qoff, const uint16_t *sb_row,
+                                                   int lane, int step)
 {
     typedef qm_cfg<BITS, GROUP> C;
+    constexpr int CPR = C::RB / 16; /* chunks per row */
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-#pragma unroll
-        for (int G = 0; G < C::SG; G++)
-            ldn<C::PW>(qr[r] + (step * C::SG + G) * (4 * C::PW), st.w[r] + G * C::PW);
-        ldh<C::SG>(sr[r] + step * C::SG, st.s[r]);
-        ldh<C::SG>(br[r] + step * C::SG, st.b[r]);
+    for (int i = 0; i < C::CH; i++) {
+        int c = lane + 32 * i, row = c / CPR, col = c % CPR;
+        cp_async<16>(slot + row * C::RS + col * 16, q + qoff[i] + step * (C::RB / 4) + col * 4);
     }
+    cp_async<C::SB>(slot + 16 * C::RS + lane * C::SB, sb_row + step * C::SG);
 }
 
 /* B registers of word j of this lane's piece: 4 bf16x2 (slot pairs 0..3). */
@@ -177,33 +183,41 @@ static __device__ __forceinline__ void bregs(const bf16 *xp, bool has_x, uint32_
 }
 
 template <int BITS, int GROUP, int SDT>
-static __device__ __forceinline__ void stage_compute(const qm_stage<BITS, GROUP> &st,
-                                                     const bf16 *xl, bool has_x, int step,
+static __device__ __forceinline__ void stage_compute(const unsigned char *slot, const bf16 *xl,
+                                                     bool has_x, int step, int g, int t,
                                                      float *acc)
 {
     typedef qm_cfg<BITS, GROUP> C;
     constexpr int XW = BITS == 4 ? 8 : 4; /* x values per packed word */
     constexpr float OFF = BITS == 4 ? 128.0f : 2176.0f; /* sum of A over a value's slots at q = 0 */
     const uint32_t one = 0x3F803F80u, one_hi = BITS == 4 ? one : 0u;
+    uint32_t sv[2][(C::SG + 1) / 2], bv[2][(C::SG + 1) / 2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        lds<C::SB / 4>(slot + 16 * C::RS + (g + 8 * r) * C::SB, sv[r]);
+        lds<C::SB / 4>(slot + 16 * C::RS + (16 + g + 8 * r) * C::SB, bv[r]);
+    }
 #pragma unroll
     for (int G = 0; G < C::SG; G++) {
+        uint32_t wa[C::PW], wb[C::PW];
+        lds<C::PW>(slot + g * C::RS + G * 16 * C::PW + t * 4 * C::PW, wa);
+        lds<C::PW>(slot + (g + 8) * C::RS + G * 16 * C::PW + t * 4 * C::PW, wb);
         float cg[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xg[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         const bf16 *xp = xl + (step * C::SG + G) * GROUP;
 #pragma unroll
         for (int j = 0; j < C::PW; j++) {
             uint32_t b[4];
             bregs<BITS>(xp + j * XW, has_x, b);
-            uint32_t wa = st.w[0][G * C::PW + j], wb = st.w[1][G * C::PW + j];
 #pragma unroll
             for (int m = 0; m < 2; m++) {
-                mma(cg, apair(wa, 2 * m), apair(wb, 2 * m), apair(wa, 2 * m + 1),
-                    apair(wb, 2 * m + 1), b[2 * m], b[2 * m + 1]);
+                mma(cg, apair(wa[j], 2 * m), apair(wb[j], 2 * m), apair(wa[j], 2 * m + 1),
+                    apair(wb[j], 2 * m + 1), b[2 * m], b[2 * m + 1]);
                 mma(xg, one, one, one_hi, one_hi, b[2 * m], b[2 * m + 1]);
             }
         }
-        float s0 = hval<SDT>(st.s[0], G), s1 = hval<SDT>(st.s[1], G);
-        float o0 = fmaf(-OFF, s0, hval<SDT>(st.b[0], G));
-        float o1 = fmaf(-OFF, s1, hval<SDT>(st.b[1], G));
+        float s0 = hval<SDT>(sv[0], G), s1 = hval<SDT>(sv[1], G);
+        float o0 = fmaf(-OFF, s0, hval<SDT>(bv[0], G));
+        float o1 = fmaf(-OFF, s1, hval<SDT>(bv[1], G));
         acc[0] = fmaf(o0, xg[0], fmaf(s0, cg[0], acc[0]));
         acc[1] = fmaf(o0, xg[1], fmaf(s0, cg[1], acc[1]));
         acc[2] = fmaf(o1, xg[2], fmaf(s1, cg[2], acc[2]));
@@ -212,7 +226,9 @@ static __device__ __forceinline__ void stage_compute(const qm_stage<BITS, GROUP>
 }
 
 /* Block: QM_WARPS warps = QM_WARPS / wsplit tiles of 16 rows, wsplit warps
- * (consecutive) per tile, warp ks of a tile taking steps ks, ks + wsplit, ... */
+ * (consecutive) per tile, warp ks of a tile taking steps ks, ks + wsplit, ...
+ * Each warp streams its steps through its own ring of NST shared-memory
+ * slots (cp.async, NST - 1 steps in flight while it computes one). */
 template <int BITS, int GROUP, int SDT>
 static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
     k_qgemv_mma(const bf16 *__restrict__ x, int xs, int n_tok, const uint32_t *__restrict__ q,
@@ -221,33 +237,46 @@ static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
                 int wsplit)
 {
     typedef qm_cfg<BITS, GROUP> C;
+    extern __shared__ __align__(16) unsigned char qm_ring[];
     __shared__ float red[QM_WARPS][32][4];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     int ks = warp % wsplit;
     int row0 = (blockIdx.x * (QM_WARPS / wsplit) + warp / wsplit) * 16;
     bool live = row0 < out;
     int words_row = in / 32 * BITS, groups_row = in / GROUP, n_steps = in / C::SK;
-    const uint32_t *qr[2];
-    const uint16_t *sr[2], *br[2];
+    int qoff[C::CH];
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int row = row0 + g + 8 * r < out ? row0 + g + 8 * r : out - 1;
-        qr[r] = q + (size_t)row * words_row + t * C::PW;
-        sr[r] = sc + (size_t)row * groups_row;
-        br[r] = bi + (size_t)row * groups_row;
+    for (int i = 0; i < C::CH; i++) {
+        int row = row0 + (lane + 32 * i) / (C::RB / 16);
+        qoff[i] = (row < out ? row : out - 1) * words_row;
     }
+    int srow = row0 + (lane & 15) < out ? row0 + (lane & 15) : out - 1;
+    const uint16_t *sb_row = (lane < 16 ? sc : bi) + (size_t)srow * groups_row;
     bool has_x = g < n_tok;
     const bf16 *xl = x + (size_t)(has_x ? g : 0) * xs + t * (GROUP / 4);
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (live && ks < n_steps) {
-        qm_stage<BITS, GROUP> cur, nxt;
-        stage_load(cur, qr, sr, br, ks);
-        for (int s = ks; s < n_steps; s += wsplit) {
-            if (s + wsplit < n_steps) stage_load(nxt, qr, sr, br, s + wsplit);
-            stage_compute<BITS, GROUP, SDT>(cur, xl, has_x, s, acc);
-            cur = nxt;
-        }
+    int n_mine = live && ks < n_steps ? (n_steps - 1 - ks) / wsplit + 1 : 0;
+    unsigned char *ring = qm_ring + warp * (C::NST * C::STAGE);
+#pragma unroll
+    for (int i = 0; i < C::NST - 1; i++) {
+        if (i < n_mine) stage_issue<BITS, GROUP>(ring + i * C::STAGE, q, qoff, sb_row, lane, ks + i * wsplit);
+        cp_commit();
     }
+    int slot_c = 0, slot_i = C::NST - 1;
+    for (int n = 0; n < n_mine; n++) {
+        if (n + C::NST - 1 < n_mine)
+            stage_issue<BITS, GROUP>(ring + slot_i * C::STAGE, q, qoff, sb_row, lane,
+                                     ks + (n + C::NST - 1) * wsplit);
+        cp_commit();
+        cp_wait<C::NST - 1>();
+        __syncwarp();
+        stage_compute<BITS, GROUP, SDT>(ring + slot_c * C::STAGE, xl, has_x, ks + n * wsplit, g, t,
+                                        acc);
+        __syncwarp(); /* the slot is refilled next iteration */
+        slot_c = slot_c + 1 == C::NST ? 0 : slot_c + 1;
+        slot_i = slot_i + 1 == C::NST ? 0 : slot_i + 1;
+    }
+    cp_wait<0>();
     if (wsplit > 1) {
 #pragma unroll
         for (int i = 0; i < 4; i++) red[warp][lane][i] = acc[i];
@@ -269,9 +298,11 @@ static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
     }
 }
 
-extern "C" int tk_qgemv_mma_split(int bits, int64_t in, int64_t out)
+static int qm_step_k(int bits, int group) { return bits == 4 || group == 128 ? 256 : 128; }
+
+extern "C" int tk_qgemv_mma_split(int bits, int group, int64_t in, int64_t out)
 {
-    int64_t tiles = tk_cdiv(out, 16), n_steps = in / (bits == 4 ? 256 : 128);
+    int64_t tiles = tk_cdiv(out, 16), n_steps = in / qm_step_k(bits, group);
     int w = 1;
     while (w < QM_WARPS && tiles * w < QM_TARGET_WARPS && 2 * w <= n_steps) w *= 2;
     return w;
@@ -283,7 +314,7 @@ extern "C" int tk_qgemv_mma_ok(const struct tk_qmat *m, const void *x, int xdt, 
     if (!(m->bits == 4 || m->bits == 8) || !(m->sdt == TK_BF16 || m->sdt == TK_F16) ||
         !(m->group == 32 || m->group == 64 || m->group == 128) || xdt != TK_BF16)
         return 0;
-    int sk = m->bits == 4 ? 256 : 128, salign = 2 * (sk / m->group);
+    int sk = qm_step_k(m->bits, m->group), salign = 2 * (sk / m->group);
     return in > 0 && in % sk == 0 && out > 0 && in < (1 << 30) && out < (1 << 30) &&
            x_stride % 8 == 0 && x_stride < (1 << 30) &&
            ((uintptr_t)x | (uintptr_t)m->q) % 16 == 0 &&
@@ -298,8 +329,18 @@ static void qm_launch(cudaStream_t st, const struct tk_qmat *m, const void *x, i
                       const void *bias, int bdt, void *y, int ydt, int64_t ys, int in, int out,
                       int wsplit)
 {
+    typedef qm_cfg<BITS, GROUP> C;
+    int smem = QM_WARPS * C::NST * C::STAGE, dev = 0;
+    /* Above 48 KB of shared memory, once per device (racing threads set the
+     * same value; not a stream operation, so legal while capturing a graph). */
+    static unsigned attr_set;
+    if (cudaGetDevice(&dev) == cudaSuccess && dev < 32 && !((attr_set >> dev) & 1u)) {
+        cudaFuncSetAttribute(k_qgemv_mma<BITS, GROUP, SDT>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        attr_set |= 1u << dev;
+    }
     unsigned blocks = (unsigned)tk_cdiv(tk_cdiv(out, 16), QM_WARPS / wsplit);
-    k_qgemv_mma<BITS, GROUP, SDT><<<blocks, QM_WARPS * 32, 0, st>>>(
+    k_qgemv_mma<BITS, GROUP, SDT><<<blocks, QM_WARPS * 32, smem, st>>>(
         (const bf16 *)x, xs, n_tok, (const uint32_t *)m->q, (const uint16_t *)m->scales,
         (const uint16_t *)m->biases, bias, bdt, y, ydt, ys, in, out, wsplit);
 }
@@ -312,10 +353,19 @@ extern "C" cudaError_t tk_qgemv_mma(cudaStream_t st, const struct tk_qmat *m, co
                                     int64_t x_stride, const void *bias, int bdt, void *y, int ydt,
                                     int64_t y_stride, int64_t n_tok, int64_t in, int64_t out)
 {
+    return tk_qgemv_mma_split_as(st, m, x, x_stride, bias, bdt, y, ydt, y_stride, n_tok, in, out,
+                                 tk_qgemv_mma_split(m->bits, m->group, in, out));
+}
+
+extern "C" cudaError_t tk_qgemv_mma_split_as(cudaStream_t st, const struct tk_qmat *m,
+                                             const void *x, int64_t x_stride, const void *bias,
+                                             int bdt, void *y, int ydt, int64_t y_stride,
+                                             int64_t n_tok, int64_t in, int64_t out, int wsplit)
+{
     static const qm_fn table[2][2][3] = {{QM_ROW(4)}, {QM_ROW(8)}};
     if (n_tok <= 0 || out <= 0) return cudaSuccess;
+    if (!(wsplit == 1 || wsplit == 2 || wsplit == 4 || wsplit == 8)) return cudaErrorInvalidValue;
     qm_fn f = table[m->bits == 8][m->sdt == TK_F16][m->group == 32 ? 0 : m->group == 64 ? 1 : 2];
-    int wsplit = tk_qgemv_mma_split(m->bits, in, out);
     size_t ysz = ydt == TK_F32 ? 4 : 2;
     for (int64_t t0 = 0; t0 < n_tok; t0 += 8) {
         int nt = (int)(n_tok - t0 < 8 ? n_tok - t0 : 8);
