@@ -145,18 +145,17 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
                 u = __bfloat162float(__float2bfloat16(u));
                 ((bf16 *)y)[t * ys + row0] = __float2bfloat16(g / (1.0f + expf(-g)) * u);
             }
-        return;
+    } else { /* lane (r * NT + t) writes (row0 + r, token t) */
+#pragma unroll
+        for (int r = 0; r < GEMV_R; r++)
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                if (lane == r * NT + t && row0 + r < out) {
+                    float v = acc[r][t];
+                    if (bias) v += tk_ld(bias, bdt, row0 + r);
+                    tk_st(y, ydt, t * ys + row0 + r, v);
+                }
     }
-    /* Lane (r * NT + t) writes (row0 + r, token t). */
-#pragma unroll
-    for (int r = 0; r < GEMV_R; r++)
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-            if (lane == r * NT + t && row0 + r < out) {
-                float v = acc[r][t];
-                if (bias) v += tk_ld(bias, bdt, row0 + r);
-                tk_st(y, ydt, t * ys + row0 + r, v);
-            }
 }
 
 static __global__ void k_gemv_generic(const void *x, int xdt, int64_t xs, const void *w, int wdt,

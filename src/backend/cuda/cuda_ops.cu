@@ -118,19 +118,59 @@ extern "C" cudaError_t tk_rmsnorm(cudaStream_t st, const void *x, int64_t x_stri
                                    wdt, eps);
 }
 
-/* residual (TR) += x (T), then the norm of the stored residual into out (T). */
-template <typename TR, typename T>
+/* residual (TR) += x (T), then the norm of the stored residual into out (T).
+ * PER > 0 (dim <= PER * blockDim.x): each thread first loads all its
+ * elements and norm weights into registers, so the loads are in flight
+ * together (the plain loop has to reload after each residual store, which
+ * may alias x: one memory round trip per element of a 256-thread row); the
+ * sums are the same, in the same order, as the loop's (PER = 0). The norm
+ * weights are loaded before the PDL wait. */
+template <typename TR, typename T, int PER>
 static __global__ void k_add_rmsnorm(TR *res, const T *x, T *out, int64_t dim, const void *w,
                                      int wdt, float eps)
 {
-    tk_pdl_wait();
-    tk_pdl_launch();
     __shared__ float red[32];
     int64_t row = blockIdx.x;
     TR *rr = res + row * dim;
     const T *xr = x + row * dim;
     T *orow = out + row * dim;
     float ss = 0.0f;
+    if (PER > 0) {
+        float a[PER > 0 ? PER : 1], b[PER > 0 ? PER : 1], wv[PER > 0 ? PER : 1];
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+            wv[k] = i < dim ? tk_ld(w, wdt, i) : 0.0f;
+        }
+        tk_pdl_wait();
+        tk_pdl_launch();
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+            a[k] = i < dim ? tk_f(rr[i]) : 0.0f;
+            b[k] = i < dim ? tk_f(xr[i]) : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+            if (i < dim) {
+                TR sum = tk_from<TR>(a[k] + b[k]);
+                rr[i] = sum;
+                a[k] = tk_f(sum);
+                ss += a[k] * a[k];
+            }
+        }
+        ss = tk_block_sum(ss, red);
+        float inv = rsqrtf(ss / (float)dim + eps);
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+            if (i < dim) orow[i] = tk_from<T>(a[k] * inv * wv[k]);
+        }
+        return;
+    }
+    tk_pdl_wait();
+    tk_pdl_launch();
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
         TR s = tk_from<TR>(tk_f(rr[i]) + tk_f(xr[i]));
         rr[i] = s;
@@ -144,23 +184,42 @@ static __global__ void k_add_rmsnorm(TR *res, const T *x, T *out, int64_t dim, c
         orow[i] = tk_from<T>(tk_f(rr[i]) * inv * tk_ld(w, wdt, i));
 }
 
+/* The register path unless TERN_CUDA_NORM_REG=0 (for comparison). */
+static bool add_norm_regs(void)
+{
+    static const bool on = [] {
+        const char *e = getenv("TERN_CUDA_NORM_REG");
+        return !(e && strcmp(e, "0") == 0);
+    }();
+    return on;
+}
+
+template <typename TR, typename T>
+static cudaError_t add_rmsnorm_t(cudaStream_t st, void *res, const void *x, void *out,
+                                 int64_t n_rows, int64_t dim, const void *w, int wdt, float eps)
+{
+    unsigned g = (unsigned)n_rows;
+    bool regs = add_norm_regs();
+    if (regs && dim <= 16 * 256)
+        return tk_launch(k_add_rmsnorm<TR, T, 16>, g, 256, 0, st, (TR *)res, (const T *)x,
+                         (T *)out, dim, w, wdt, eps);
+    if (regs && dim <= 32 * 256)
+        return tk_launch(k_add_rmsnorm<TR, T, 32>, g, 256, 0, st, (TR *)res, (const T *)x,
+                         (T *)out, dim, w, wdt, eps);
+    return tk_launch(k_add_rmsnorm<TR, T, 0>, g, 256, 0, st, (TR *)res, (const T *)x, (T *)out,
+                     dim, w, wdt, eps);
+}
+
 extern "C" cudaError_t tk_add_rmsnorm(cudaStream_t st, void *res, int rdt, const void *x, void *out,
                                       int adt, int64_t n_rows, int64_t dim, const void *w, int wdt,
                                       float eps)
 {
-    cudaError_t e = cudaSuccess;
     if (n_rows <= 0) return cudaSuccess;
-    unsigned g = (unsigned)n_rows;
     if (rdt == TK_F32 && adt == TK_BF16)
-        e = tk_launch(k_add_rmsnorm<float, bf16>, g, 256, 0, st, (float *)res, (const bf16 *)x,
-                      (bf16 *)out, dim, w, wdt, eps);
-    else if (adt == TK_BF16)
-        e = tk_launch(k_add_rmsnorm<bf16, bf16>, g, 256, 0, st, (bf16 *)res, (const bf16 *)x,
-                      (bf16 *)out, dim, w, wdt, eps);
-    else
-        e = tk_launch(k_add_rmsnorm<float, float>, g, 256, 0, st, (float *)res, (const float *)x,
-                      (float *)out, dim, w, wdt, eps);
-    return e;
+        return add_rmsnorm_t<float, bf16>(st, res, x, out, n_rows, dim, w, wdt, eps);
+    if (adt == TK_BF16)
+        return add_rmsnorm_t<bf16, bf16>(st, res, x, out, n_rows, dim, w, wdt, eps);
+    return add_rmsnorm_t<float, float>(st, res, x, out, n_rows, dim, w, wdt, eps);
 }
 
 /* ------------------------------------------------------------ rope */
