@@ -341,23 +341,27 @@ static void print_single(const struct bench_opts *o, const struct tern_model_inf
     double prefill_tps = (double)o->prompt_len / res->ttft_s;
     double decode_tps = (double)o->gen / (res->total_s - res->ttft_s);
     double bw = o->device == TERN_DEVICE_CPU ? host_bandwidth() : 0;
-    /* Decode reads every weight once per token; bw counts bytes read + written. */
-    double floor_tps = bw > 0 ? bw / (double)in->weight_bytes : 0;
+    /* Decode reads every weight once per token (of an untied embedding table
+     * only the token's row); bw counts bytes read + written. */
+    double floor_tps = bw > 0 ? bw / (double)in->decode_bytes : 0;
     if (o->json) {
         printf("{\"model\": ");
         bench_json_str(stdout, o->model);
         printf(
             ", \"architecture\": \"%s\", \"dtype\": \"%s\", \"n_params\": %lld, "
-            "\"weight_bytes\": %lld, \"device\": \"%s\", \"load_s\": %.4f, \"prompt_len\": %lld, "
+            "\"weight_bytes\": %lld, \"decode_bytes\": %lld, \"device\": \"%s\", \"load_s\": %.4f, "
+            "\"prompt_len\": %lld, "
             "\"gen\": %lld, \"prefill_tok_s\": %.2f, \"ttft_ms\": %.3f, \"decode_tok_s\": %.2f, "
             "\"host_copy_bw_gb_s\": %.2f, \"decode_floor_tok_s\": %.2f}\n",
             in->architecture, in->dtype, (long long)in->n_params, (long long)in->weight_bytes,
+            (long long)in->decode_bytes,
             o->device == TERN_DEVICE_CUDA ? "cuda" : "cpu", load_s, o->prompt_len, o->gen,
             prefill_tps, res->ttft_s * 1e3, decode_tps, bw / 1e9, floor_tps);
         return;
     }
-    printf("model         %s (%s, %s, %.1f M params, %.1f MB)\n", o->model, in->architecture,
-           in->dtype, (double)in->n_params / 1e6, (double)in->weight_bytes / 1e6);
+    printf("model         %s (%s, %s, %.1f M params, %.1f MB, %.1f MB read per token)\n",
+           o->model, in->architecture, in->dtype, (double)in->n_params / 1e6,
+           (double)in->weight_bytes / 1e6, (double)in->decode_bytes / 1e6);
     printf("%-22s %12s\n", "metric", "value");
     printf("%-22s %12.3f\n", "load (s)", load_s);
     printf("%-22s %12.1f\n", "prefill (tok/s)", prefill_tps);

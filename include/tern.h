@@ -102,6 +102,8 @@ struct tern_model_info {
     const char *dtype;        /* dominant weight dtype: "bf16", "f16", "f32", "q4", ... */
     int64_t n_params;         /* parameters, counting quantized values as one each */
     int64_t weight_bytes;     /* bytes of weight data */
+    int64_t decode_bytes;     /* weight bytes one decode step reads: all but the rows of an
+                                 untied embedding table other than the token's own */
     int32_t n_layers, n_embd, n_heads, n_kv_heads, head_dim, n_ff;
     int32_t vocab_size;
     int32_t context_length; /* max_position_embeddings */

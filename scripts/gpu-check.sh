@@ -8,7 +8,8 @@
 # Env: TERN_GPU_CARRY (default .gpu-carry/decode), GPU_CHECK_BATCHED=0 skips
 # the 64-sequence runs, GPU_CHECK_BENCH=0 skips the model and benches,
 # GPU_CHECK_RACECHECK=1 runs test_ops_cuda under compute-sanitizer racecheck,
-# GPU_CHECK_LONG=1 adds a 2048-token prompt bench (prefill) per model.
+# GPU_CHECK_LONG=1 adds a 2048-token prompt bench (prefill) per model,
+# GPU_CHECK_Q4_KERNELS="v4 v1" adds 4-bit batch-1 runs with those GEMVs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-check-out}
@@ -19,7 +20,11 @@ python3 -c "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2]
 cr() { LD_LIBRARY_PATH=$C:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} "$@"; }
 echo "== binaries of commit $(cat $C/commit)"
 export TERN_TEST_FIXTURES=$PWD/tests/fixtures
-for t in test_ops_cuda test_quant_cuda test_golden_cuda test_graph_cuda; do
+TESTS="test_ops_cuda test_quant_cuda test_golden_cuda test_graph_cuda"
+for f in $C/test_*cuda; do # extra CUDA tests carried (TERN_GPU_EXTRA)
+  t=$(basename "$f"); case " $TESTS " in *" $t "*) ;; *) TESTS="$TESTS $t" ;; esac
+done
+for t in $TESTS; do
   cr timeout 90 $C/$t >"$OUT/$t.log" 2>&1; echo "$t rc=$?"
   grep -E "PASSED|FAILED" "$OUT/$t.log" | tail -2
 done
@@ -39,6 +44,13 @@ for m in bf16:$MODEL q4:$Q; do
   n=${m%%:*} d=${m#*:}
   cr timeout 60 $C/tern bench --model "$d" --device cuda --prompt-len 512 --gen 64 --reps 3 \
     --json >"$OUT/single_$n.json" 2>"$OUT/single_$n.err"; echo "single $n rc=$?"
+  if [ $n = q4 ]; then # GPU_CHECK_Q4_KERNELS="v4 v1": batch 1 with other GEMV versions
+    for k in ${GPU_CHECK_Q4_KERNELS:-}; do
+      TERN_QUANT_KERNEL=$k cr timeout 60 $C/tern bench --model "$d" --device cuda --prompt-len 512 \
+        --gen 64 --reps 3 --json >"$OUT/single_q4_$k.json" 2>"$OUT/single_q4_$k.err"
+      echo "single q4 $k rc=$? $(python3 -c "import json,sys; print('%.1f tok/s' % json.load(open(sys.argv[1]))['decode_tok_s'])" "$OUT/single_q4_$k.json" 2>/dev/null)"
+    done
+  fi
   if [ "${GPU_CHECK_LONG:-0}" = 1 ]; then
     cr timeout 60 $C/tern bench --model "$d" --device cuda --prompt-len 2048 --gen 32 --reps 3 \
       --json >"$OUT/long_$n.json" 2>"$OUT/long_$n.err"; echo "long $n rc=$?"

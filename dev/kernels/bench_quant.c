@@ -52,20 +52,19 @@ static const struct shape SHAPES[] = {
 #define N_LAYERS 32
 #define BATCH 20
 
-enum { K_V1 = 1, K_V2 = 2, K_MMA = 3, K_W1 = 4, K_W2, K_W4, K_W8 };
+enum { K_V1 = 1, K_V2 = 2, K_MMA = 3, K_W1 = 4, K_W2, K_W4, K_W8, K_V4, K_V5 };
 struct cfg {
     int bits, group, kernel, n_tok;
 };
 /* K_Wn: the tensor-core kernel with n warps per tile forced (the shape's
  * choice is K_MMA). */
 static const struct cfg CFGS[] = {
-    {4, 64, K_V1, 1},  {4, 64, K_V2, 1},   {4, 64, K_MMA, 1}, {4, 64, K_MMA, 8},
-    {4, 64, K_W1, 1},  {4, 64, K_W2, 1},   {4, 64, K_W4, 1},  {4, 64, K_W8, 1},
-    {4, 32, K_MMA, 1}, {4, 128, K_MMA, 1}, {8, 64, K_V1, 1},  {8, 64, K_MMA, 1},
-    {8, 64, K_MMA, 8}, {8, 32, K_MMA, 1},  {8, 128, K_MMA, 1},
+    {4, 64, K_V1, 1},  {4, 64, K_V4, 1},  {4, 64, K_V5, 1},  {4, 64, K_MMA, 1},
+    {4, 64, K_V1, 8},  {4, 64, K_V4, 8},  {4, 64, K_V5, 8},  {4, 64, K_MMA, 8},
+    {4, 32, K_V4, 1},  {4, 128, K_V4, 1}, {8, 64, K_V1, 1},  {8, 64, K_MMA, 1},
 };
 #define N_CFGS (int)(sizeof CFGS / sizeof CFGS[0])
-static const char *KNAME[] = {"", "v1", "v2", "mma", "mmaW1", "mmaW2", "mmaW4", "mmaW8"};
+static const char *KNAME[] = {"", "v1", "v2", "mma", "mmaW1", "mmaW2", "mmaW4", "mmaW8", "v4", "v5"};
 
 static int samples = 15;
 static double copy_gbs;
@@ -113,6 +112,8 @@ static double copy_bw(void)
 static cudaError_t gemv(int kernel, const struct tk_qmat *m, const void *x, void *y, int n_tok,
                         int64_t in, int64_t out)
 {
+    if (kernel == K_V4 || kernel == K_V5)
+        return tk_qgemv4(0, m, x, in, NULL, 0, y, TK_F32, out, n_tok, in, out, kernel == K_V4);
     if (kernel == K_MMA) return tk_qgemv_mma(0, m, x, in, NULL, 0, y, TK_F32, out, n_tok, in, out);
     if (kernel >= K_W1)
         return tk_qgemv_mma_split_as(0, m, x, in, NULL, 0, y, TK_F32, out, n_tok, in, out,
@@ -134,9 +135,9 @@ static double max_rel(const float *a, const float *b, size_t n)
     return md / (mr > 0 ? mr : 1);
 }
 
-/* The tensor-core kernel against v1 (T = 1, 8) and T = 1 vs T = 8 bitwise. */
-static void validate(const struct tk_qmat *m, const void *x, const struct shape *s, double *err,
-                     int *invariant)
+/* Kernel k against v1 (T = 1, 8) and T = 1 vs T = 8 bitwise. */
+static void validate(int k, const struct tk_qmat *m, const void *x, const struct shape *s,
+                     double *err, int *invariant)
 {
     size_t n = (size_t)(8 * s->out);
     float *a = malloc(n * 4), *b = malloc(n * 4), *c = malloc((size_t)s->out * 4);
@@ -147,14 +148,14 @@ static void validate(const struct tk_qmat *m, const void *x, const struct shape 
     *invariant = 1;
     for (int nt = 1; nt <= 8; nt += 7) {
         CK(gemv(K_V1, m, x, y1, nt, s->in, s->out));
-        CK(gemv(K_MMA, m, x, y2, nt, s->in, s->out));
+        CK(gemv(k, m, x, y2, nt, s->in, s->out));
         CK(cudaMemcpy(a, y2, (size_t)(nt * s->out) * 4, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(b, y1, (size_t)(nt * s->out) * 4, cudaMemcpyDeviceToHost));
         double e = max_rel(a, b, (size_t)(nt * s->out));
         *err = e > *err ? e : *err;
     }
     for (int t = 0; t < 8; t += 3) { /* a = the T = 8 output */
-        CK(gemv(K_MMA, m, (const uint16_t *)x + t * s->in, y1, 1, s->in, s->out));
+        CK(gemv(k, m, (const uint16_t *)x + t * s->in, y1, 1, s->in, s->out));
         CK(cudaMemcpy(c, y1, (size_t)s->out * 4, cudaMemcpyDeviceToHost));
         if (memcmp(c, a + t * s->out, (size_t)s->out * 4) != 0) *invariant = 0;
     }
@@ -193,7 +194,7 @@ static double time_cfg(const struct cfg *c, const struct shape *s, double *gbs, 
     for (int i = 0; i < copies; i++) m[i] = (struct tk_qmat){q[i], sc[i], bi[i], TK_BF16, c->bits, c->group};
     *err = -1;
     *inv = -1;
-    if (c->kernel == K_MMA && c->n_tok == 1) validate(&m[0], x, s, err, inv);
+    if (c->kernel != K_V1 && c->n_tok == 1) validate(c->kernel, &m[0], x, s, err, inv);
     double v[64];
     int ns = samples < 64 ? samples : 64;
     for (int w = 0; w < 3; w++) CK(gemv(c->kernel, &m[w % copies], x, y, c->n_tok, s->in, s->out));
@@ -298,7 +299,7 @@ int main(int argc, char **argv)
                    bytes / copy_gbs / 1e3, gbs, 100.0 * gbs / copy_gbs);
             if (err >= 0) printf(" %9.1e %s", err, inv ? "bitwise equal" : "DIFFERS");
             printf("\n");
-            if (err >= 0 && (err > 1e-4 || !inv)) bad = 1;
+            if (err >= 0 && (err > (c->kernel == K_V4 ? 2e-3 : 1e-4) || !inv)) bad = 1;
             tok_ms[i] += ms * (s->per_layer ? N_LAYERS : 1);
         }
     }
@@ -309,6 +310,6 @@ int main(int argc, char **argv)
         printf("decode weights/token q%d g%-3d %-3s T=%d: %.3f ms -> %.0f tok/s (GEMV only)\n",
                CFGS[i].bits, CFGS[i].group, KNAME[CFGS[i].kernel], CFGS[i].n_tok, tok_ms[i],
                1e3 / tok_ms[i]);
-    printf("tensor-core kernel vs v1 and batch invariance: %s\n", bad ? "FAILED" : "ok");
+    printf("other kernels vs v1 and batch invariance: %s\n", bad ? "FAILED" : "ok");
     return bad;
 }

@@ -113,6 +113,13 @@ enum tern_status tern_model_get_info(const struct tern_model *m, struct tern_mod
                                       : tern_dtype_name(m->core.w.dtype);
     out->n_params = m->core.w.n_params;
     out->weight_bytes = m->core.w.n_bytes;
+    const struct tern_linear *emb = &m->core.w.embed_tokens;
+    int64_t emb_bytes = (int64_t)tern_dtensor_bytes(&emb->weight);
+    if (emb->bits) /* quantized: its scales and biases too */
+        emb_bytes += (int64_t)(tern_dtensor_bytes(&emb->scales) + tern_dtensor_bytes(&emb->biases));
+    out->decode_bytes = m->core.w.n_bytes;
+    if (!hp->tie_word_embeddings && hp->vocab_size > 0)
+        out->decode_bytes -= emb_bytes - emb_bytes / hp->vocab_size;
     out->n_layers = hp->num_hidden_layers;
     out->n_embd = hp->hidden_size;
     out->n_heads = hp->num_attention_heads;

@@ -60,6 +60,11 @@ static void check_fixture(const char *dir)
     struct tern_model_info in;
     assert_int_equal(tern_model_get_info(m, &in), TERN_OK);
     assert_int_equal(in.vocab_size, V);
+    /* A decode step reads every weight but the other rows of an untied embedding table. */
+    int64_t esz = strcmp(in.dtype, "f32") == 0 ? 4 : 2;
+    assert_true(in.decode_bytes == (in.tied_embeddings ? in.weight_bytes
+                                                       : in.weight_bytes -
+                                                             (int64_t)(V - 1) * in.n_embd * esz));
 
     /* 1. full-sequence logits vs transformers */
     float *full = logits_of(m, f.prompt.data, n, V, 2048, 16);

@@ -10,7 +10,8 @@
  *
  * The GEMV is checked at every T = 1..8 with the default kernels and with
  * TERN_QUANT_KERNEL=v3 (the tensor-core GEMV of cuda_quant_mma.cu, 4/8 bits
- * with BF16 / F16 scales), with 333 output rows (not a multiple of its
+ * with BF16 / F16 scales), v4 and v5 (cuda_quant_v4.cu, 4 bits; v4's half2
+ * inner sums within 2e-3), with 333 output rows (not a multiple of its
  * 16-row tile) and shapes that give each K split (1, 2, 4, 8 warps per
  * tile); and for batch invariance: each token of a T = 8 launch bitwise
  * equal to the same token alone (T = 1), on both.
@@ -33,7 +34,7 @@
 #include "backend/cuda/cuda_quant.h" /* tk_qgemv_mma_ok / _split: which kernel a shape gets */
 #endif
 
-static struct tern_backend *cpu, *gpu, *gpu_det, *gpu_v3;
+static struct tern_backend *cpu, *gpu, *gpu_det;
 static uint64_t rng = 88172645463325252ull;
 
 static float frand(void)
@@ -119,6 +120,9 @@ static void lin_free(struct tern_backend *be, struct tern_linear *l)
     if (l->bias.buf) tern_dtensor_free(be, &l->bias);
 }
 
+/* Scale of the random activations (large values take v4's float32 fallback). */
+static float x_scale = 1.0f;
+
 /* y = x w^T on the CPU and on g for random BF16 x [T, in]; returns the max
  * rel err. */
 static double run_matmul(struct tern_backend *g, struct tern_linear *lg, struct tern_linear *lc,
@@ -128,7 +132,7 @@ static double run_matmul(struct tern_backend *g, struct tern_linear *lg, struct 
     float *xf = tern_malloc((size_t)(T * in) * 4);
     uint16_t *xb = tern_malloc((size_t)(T * in) * 2);
     for (int64_t i = 0; i < T * in; i++) {
-        xb[i] = tern_f32_to_bf16(frand());
+        xb[i] = tern_f32_to_bf16(frand() * x_scale);
         xf[i] = tern_bf16_to_f32(xb[i]);
     }
     struct tern_dtensor xc = up(cpu, TERN_DTYPE_F32, 2, xs, xf), yc = up(cpu, TERN_DTYPE_F32, 2, ys, NULL);
@@ -211,36 +215,54 @@ static bool mma_applies(int bits, int g, enum tern_dtype sdt, int64_t in, int64_
 #endif
 }
 
-/* The GEMV at T = 1..8 with the default kernels and with v3, against the
- * CPU; batch invariance of both. */
+/* Other GEMV versions tested beside the default, each on its own backend
+ * (TERN_QUANT_KERNEL at creation) with its bound: v3 tensor cores (float32
+ * sums of exact products), v4 half2 inner sums (a word's four products per
+ * lane rounded to 11 bits), v5 v4's kernel with float32 sums. */
+#define N_ALT 3
+static const char *const alt_name[N_ALT] = {"v3", "v4", "v5"};
+static const double alt_tol[N_ALT] = {1e-4, 2e-3, 1e-4};
+static struct tern_backend *alt[N_ALT];
+
+/* The GEMV at T = 1..8 with the default kernels and with each other
+ * version, against the CPU; batch invariance of all. */
 static double check_gemv(int bits, int g, enum tern_dtype sdt, int64_t out, int64_t in)
 {
     struct qhost h = qhost_make(out, in, bits, g, sdt);
     bool mma = mma_applies(bits, g, sdt, in, out);
-    double worst = 0, worst_v3 = 0;
+    double worst = 0, worst_alt[N_ALT] = {0};
     for (int wb = 0; wb < 2; wb++) {
         struct tern_linear lc = lin_on(cpu, &h, out, in, bits, g, wb);
         struct tern_linear lg = lin_on(gpu, &h, out, in, bits, g, wb);
-        struct tern_linear l3 = lin_on(gpu_v3, &h, out, in, bits, g, wb);
+        struct tern_linear la[N_ALT];
+        for (int a = 0; a < N_ALT; a++) la[a] = lin_on(alt[a], &h, out, in, bits, g, wb);
         for (int64_t T = 1; T <= 8; T++) {
             double e = run_matmul(gpu, &lg, &lc, T, in, out);
             if (e > worst) worst = e;
-            e = run_matmul(gpu_v3, &l3, &lc, T, in, out);
-            if (e > worst_v3) worst_v3 = e;
+            for (int a = 0; a < N_ALT; a++) {
+                e = run_matmul(alt[a], &la[a], &lc, T, in, out);
+                if (e > worst_alt[a]) worst_alt[a] = e;
+            }
         }
         char what[64];
         snprintf(what, sizeof what, "b%d g%d %s [%d x %d]", bits, g, tern_dtype_name(sdt), (int)out,
                  (int)in);
         check_batch_invariant(gpu, &lg, in, out, what);
-        check_batch_invariant(gpu_v3, &l3, in, out, what);
+        for (int a = 0; a < N_ALT; a++) {
+            check_batch_invariant(alt[a], &la[a], in, out, what);
+            lin_free(alt[a], &la[a]);
+        }
         lin_free(cpu, &lc);
         lin_free(gpu, &lg);
-        lin_free(gpu_v3, &l3);
     }
-    printf("  b%d g%-3d %-4s [%5d x %4d] T=1..8 rel err default %.2e  v3 (%s) %.2e  (batch-invariant)\n",
-           bits, g, tern_dtype_name(sdt), (int)out, (int)in, worst, mma ? "mma" : "v1 ", worst_v3);
+    printf("  b%d g%-3d %-4s [%5d x %4d] T=1..8 rel err default %.2e  v3 (%s) %.2e  v4 %.2e  "
+           "v5 %.2e (batch-invariant)\n",
+           bits, g, tern_dtype_name(sdt), (int)out, (int)in, worst, mma ? "mma" : "v1 ",
+           worst_alt[0], worst_alt[1], worst_alt[2]);
     if (!(worst <= 1e-4)) fail_msg("b%d g%d: gemv rel err %.2e", bits, g, worst);
-    if (!(worst_v3 <= 1e-4)) fail_msg("b%d g%d: v3 gemv rel err %.2e", bits, g, worst_v3);
+    for (int a = 0; a < N_ALT; a++)
+        if (!(worst_alt[a] <= alt_tol[a]))
+            fail_msg("b%d g%d: %s gemv rel err %.2e", bits, g, alt_name[a], worst_alt[a]);
     tern_free(h.q);
     tern_free(h.s);
     tern_free(h.b);
@@ -301,6 +323,9 @@ static void test_gemv_all_t(void **state)
     check_gemv(4, 32, TERN_DTYPE_BF16, 16392, 512);  /* 2 warps per tile */
     check_gemv(4, 128, TERN_DTYPE_BF16, 32775, 256); /* 1 warp per tile */
     check_gemv(8, 64, TERN_DTYPE_BF16, 32775, 128);  /* 1 warp per tile */
+    x_scale = 1e5f; /* beyond f16: v4 must take its float32 fallback */
+    check_gemv(4, 64, TERN_DTYPE_BF16, 333, 768);
+    x_scale = 1.0f;
 #ifdef TERN_HAVE_CUDA
     if (tk_qgemv_mma_split(4, 64, 4096, 40) != 8 || tk_qgemv_mma_split(4, 32, 512, 16392) != 2 ||
         tk_qgemv_mma_split(4, 128, 256, 32775) != 1 || tk_qgemv_mma_split(8, 128, 2048, 40) != 8 ||
@@ -338,8 +363,10 @@ static int setup(void **state)
     p.deterministic = true;
     ok(tern_backend_create(&p, &gpu_det));
     p.deterministic = false;
-    setenv("TERN_QUANT_KERNEL", "v3", 1);
-    ok(tern_backend_create(&p, &gpu_v3));
+    for (int a = 0; a < N_ALT; a++) {
+        setenv("TERN_QUANT_KERNEL", alt_name[a], 1);
+        ok(tern_backend_create(&p, &alt[a]));
+    }
     unsetenv("TERN_QUANT_KERNEL");
     return 0;
 }
@@ -347,7 +374,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    tern_backend_destroy(gpu_v3);
+    for (int a = 0; a < N_ALT; a++) tern_backend_destroy(alt[a]);
     tern_backend_destroy(gpu_det);
     tern_backend_destroy(gpu);
     tern_backend_destroy(cpu);

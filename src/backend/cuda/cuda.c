@@ -548,11 +548,13 @@ enum tern_status tern_backend_cuda_create(const struct tern_backend_params *para
      * dequantize (2.7x faster prefill), docs/perf/quant.md, 2026-11-29;
      * TERN_QUANT_KERNEL=v1 or v2 forces both to one version, v3 takes the
      * tensor-core GEMV (no faster than v1 at batch 1 on the H200) with the
-     * v2 dequantize. */
+     * v2 dequantize; v4 / v5 the 4-bit GEMV of cuda_quant_v4.cu with half2 /
+     * float32 inner sums (other widths: v1). */
     const char *qk = getenv("TERN_QUANT_KERNEL");
     bool q1 = qk && strcmp(qk, "v1") == 0, q2 = qk && strcmp(qk, "v2") == 0;
     bool q3 = qk && strcmp(qk, "v3") == 0;
-    c->qgemv_version = q3 ? 3 : q2 ? 2 : 1;
+    bool q4 = qk && strcmp(qk, "v4") == 0, q5 = qk && strcmp(qk, "v5") == 0;
+    c->qgemv_version = q5 ? 5 : q4 ? 4 : q3 ? 3 : q2 ? 2 : 1;
     c->qdequant_version = q1 ? 1 : 2;
     enum tern_status st = cu_init(c, c->device);
     if (st != TERN_OK) {

@@ -74,6 +74,13 @@ enum tern_status tern_cuda_matmul_quant(struct tern_cuda *c, const struct tern_d
             if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv_mma", (int)e, __FILE__, __LINE__);
             return TERN_OK;
         }
+        if ((c->qgemv_version == 4 || c->qgemv_version == 5) &&
+            tk_qgemv4_ok(&m, xp, (int)x->dtype, in, in)) {
+            cudaError_t e = tk_qgemv4(c->stream, &m, xp, in, bias, bdt, y, ydt, ys, T, in, out,
+                                      c->qgemv_version == 4);
+            if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv4", (int)e, __FILE__, __LINE__);
+            return TERN_OK;
+        }
         if (c->qgemv_version == 2 && tk_qgemv2_ok(&m, xp, (int)x->dtype, in, in, out)) {
             cudaError_t e = tk_qgemv2(c->stream, &m, xp, in, bias, bdt, y, ydt, ys, T, in, out);
             if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv2", (int)e, __FILE__, __LINE__);

@@ -40,6 +40,15 @@ int tk_qgemv2_ok(const struct tk_qmat *m, const void *x, int xdt, int64_t x_stri
 cudaError_t tk_qgemv2(cudaStream_t st, const struct tk_qmat *m, const void *x, int64_t x_stride,
                       const void *bias, int bdt, void *y, int ydt, int64_t y_stride, int64_t n_tok,
                       int64_t in, int64_t out);
+/* 4-bit GEMV v4 (cuda_quant_v4.cu): v1's product with the inner sums in
+ * half2 (half != 0) or float32 (half == 0), two chunks in flight, PDL.
+ * Needs bits 4, group % 32 == 0, x BF16, in % 256 == 0, 16-byte aligned
+ * x and q (tk_qgemv4_ok). A token's result does not depend on the others. */
+int tk_qgemv4_ok(const struct tk_qmat *m, const void *x, int xdt, int64_t x_stride, int64_t in);
+cudaError_t tk_qgemv4(cudaStream_t st, const struct tk_qmat *m, const void *x, int64_t x_stride,
+                      const void *bias, int bdt, void *y, int ydt, int64_t y_stride,
+                      int64_t n_tok, int64_t in, int64_t out, int half);
+
 /* Tensor-core GEMV (cuda_quant_mma.cu), the same product for 4/8 bits,
  * BF16 or F16 scales, group 32/64/128, BF16 x, in % 256 (4 bits, 8 bits
  * group 128) or % 128 (8 bits, group 32/64) == 0, 16-byte aligned x and q (tk_qgemv_mma_ok). A token's result
