@@ -9,7 +9,8 @@
 # the 64-sequence runs, GPU_CHECK_BENCH=0 skips the model and benches,
 # GPU_CHECK_RACECHECK=1 runs test_ops_cuda under compute-sanitizer racecheck,
 # GPU_CHECK_LONG=1 adds a 2048-token prompt bench (prefill) per model,
-# GPU_CHECK_Q4_KERNELS="v4 v1" adds 4-bit batch-1 runs with those GEMVs.
+# GPU_CHECK_Q4_KERNELS="v4 v1" adds 4-bit batch-1 runs with those GEMVs,
+# GPU_CHECK_KEEP=1 leaves the models in /tmp/tern-llama8b{,-q4}.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-check-out}
@@ -59,7 +60,7 @@ for m in bf16:$MODEL q4:$Q; do
   cr timeout 90 $C/tern bench --model "$d" --device cuda --concurrency 64 --prompt-len 128 \
     --gen 128 --json >"$OUT/batched_$n.json" 2>"$OUT/batched_$n.err"; echo "batched $n rc=$?"
 done
-rm -rf "$MODEL" "$Q"
+[ "${GPU_CHECK_KEEP:-0}" = 1 ] || rm -rf "$MODEL" "$Q"
 python3 - "$OUT" <<'PY'
 import json, sys, os
 out = sys.argv[1]

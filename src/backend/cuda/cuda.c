@@ -544,8 +544,9 @@ enum tern_status tern_backend_cuda_create(const struct tern_backend_params *para
     c->base.n_threads = 1;
     c->base.deterministic = params->deterministic;
     c->device = params->device_index;
-    /* Quantized kernels: by default the v1 GEMV (decode) and the v2
-     * dequantize (2.7x faster prefill), docs/perf/quant.md, 2026-11-29;
+    /* Quantized kernels: by default the GEMV cuda_quant.c picks per shape
+     * (v3 tensor cores or v1) and the v2 dequantize (2.7x faster prefill),
+     * docs/perf/quant.md, 2026-11-29;
      * TERN_QUANT_KERNEL=v1 or v2 forces both to one version, v3 takes the
      * tensor-core GEMV (no faster than v1 at batch 1 on the H200) with the
      * v2 dequantize; v4 / v5 the 4-bit GEMV of cuda_quant_v4.cu with half2 /
@@ -554,7 +555,7 @@ enum tern_status tern_backend_cuda_create(const struct tern_backend_params *para
     bool q1 = qk && strcmp(qk, "v1") == 0, q2 = qk && strcmp(qk, "v2") == 0;
     bool q3 = qk && strcmp(qk, "v3") == 0;
     bool q4 = qk && strcmp(qk, "v4") == 0, q5 = qk && strcmp(qk, "v5") == 0;
-    c->qgemv_version = q5 ? 5 : q4 ? 4 : q3 ? 3 : q2 ? 2 : 1;
+    c->qgemv_version = q5 ? 5 : q4 ? 4 : q3 ? 3 : q2 ? 2 : q1 ? 1 : 0; /* 0: per shape */
     c->qdequant_version = q1 ? 1 : 2;
     enum tern_status st = cu_init(c, c->device);
     if (st != TERN_OK) {

@@ -80,8 +80,9 @@ struct tern_cuda {
     cudaEvent_t ev0, ev1; /* for algorithm timing */
     struct tern_cuda_plan plans[TERN_CUDA_MAX_PLANS];
     int n_plans, next_plan;
-    /* Quantized kernel versions (1 or 2; TERN_QUANT_KERNEL, see cuda_quant.c):
-     * the decode GEMV and the dequantize that feeds cuBLASLt. */
+    /* Quantized kernel versions (TERN_QUANT_KERNEL, see cuda_quant.c): the
+     * decode GEMV (0 = chosen per shape, 1-5 forced) and the dequantize
+     * that feeds cuBLASLt (1 or 2). */
     int qgemv_version, qdequant_version;
 };
 

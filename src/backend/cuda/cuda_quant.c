@@ -2,23 +2,35 @@
  * cuda_quant.c — matmul and get_rows for MLX affine quantized weights on the
  * device (kernels: cuda_quant.cu; layout: tensor/quant.h).
  *
- * Decode-sized batches (T <= TERN_CUDA_GEMV_MAX_T, default mode) run the
- * GEMV that streams the packed weights once. Larger batches, and every batch
- * in deterministic mode, dequantize the whole weight into a BF16 scratch and
- * run the dense cuBLASLt path: the scratch comes from the device's default
- * memory pool with cudaMallocAsync / cudaFreeAsync on the op stream
- * (stream-ordered, graph-capturable, reused by the pool without returning to
- * the driver once the release threshold is raised), so no per-layer scratch
- * has to be sized up front. The backend's qgemv_version / qdequant_version
- * (TERN_QUANT_KERNEL; default GEMV v1, dequantize v2) pick v1
- * (cuda_quant.cu), v2 (cuda_quant_v2.cu) or v3 (the tensor-core GEMV of
- * cuda_quant_mma.cu, TERN_QUANT_KERNEL=v3) of the GEMV and v1 or v2 of the
- * dequantize, each where it applies; v1 is the fallback for every operand.
+ * Decode-sized batches (default mode: T <= TERN_CUDA_GEMV_MAX_T, or up to
+ * QMMA_MAX_T where the tensor-core GEMV applies) run a GEMV that streams the
+ * packed weights once. Larger batches, and every batch in deterministic
+ * mode, dequantize the whole weight into a BF16 scratch and run the dense
+ * cuBLASLt path: the scratch comes from the device's default memory pool
+ * with cudaMallocAsync / cudaFreeAsync on the op stream (stream-ordered,
+ * graph-capturable, reused by the pool without returning to the driver once
+ * the release threshold is raised), so no per-layer scratch has to be sized
+ * up front.
+ *
+ * Which GEMV (backend qgemv_version, TERN_QUANT_KERNEL): by default (0) the
+ * tensor-core GEMV of cuda_quant_mma.cu (v3) for 4 bits, v1 (cuda_quant.cu)
+ * for other widths, each for every T it takes, so a token's result does not
+ * depend on the token count up to that T. Measured on the H200
+ * (docs/perf/quant.md, 2026-11-29): at 4 bits v3 is 3% faster than v1 at
+ * T = 1 and 4x faster at T = 8; at 8 bits and T = 1 v1 streams at 94% of
+ * the copy rate and v3 is 25% slower. TERN_QUANT_KERNEL=v1|v2|v3|v4|v5
+ * forces one GEMV where it applies (v1 is the fallback for every operand);
+ * the dequantize is v2 unless v1 is asked for.
  * Depends on cuda_internal.h, cuda_quant.h.
  */
 #include "backend/cuda/cuda_quant.h"
 
 #include <stdint.h>
+
+/* Tokens up to which the tensor-core GEMV (8 tokens per pass over the
+ * weights) beats dequantizing to BF16 + cuBLASLt: two passes of the 4-bit
+ * 8B-shape weights take ~5.4 ms against ~8 ms for dequantize + GEMM. */
+#define QMMA_MAX_T 16
 
 static struct tk_qmat qmat_of(const struct tern_linear *w)
 {
@@ -63,25 +75,27 @@ enum tern_status tern_cuda_matmul_quant(struct tern_cuda *c, const struct tern_d
     const void *bias = w->bias.buf ? tern_cuda_ptr(&w->bias) : NULL;
     int bdt = bias ? (int)w->bias.dtype : 0;
     struct tk_qmat m = qmat_of(w);
-    bool lt = x->dtype == TERN_DTYPE_BF16 && in % 8 == 0 &&
-              (c->base.deterministic || T > TERN_CUDA_GEMV_MAX_T);
+    const void *xp = tern_cuda_ptr(x);
+    int ver = c->qgemv_version;
+    bool mma_ok = tk_qgemv_mma_ok(&m, xp, (int)x->dtype, in, in, out) != 0;
+    if (ver == 0) ver = mma_ok && m.bits == 4 ? 3 : 1;
+    int64_t max_t = ver == 3 && mma_ok ? QMMA_MAX_T : TERN_CUDA_GEMV_MAX_T;
+    bool lt = x->dtype == TERN_DTYPE_BF16 && in % 8 == 0 && (c->base.deterministic || T > max_t);
     if (!lt) {
         /* 4 rows per warp share each x load at batch 1-2; more tokens need
          * the registers for their sums (dev/kernels/bench_quant.c measures both). */
-        const void *xp = tern_cuda_ptr(x);
-        if (c->qgemv_version == 3 && tk_qgemv_mma_ok(&m, xp, (int)x->dtype, in, in, out)) {
+        if (ver == 3 && mma_ok) {
             cudaError_t e = tk_qgemv_mma(c->stream, &m, xp, in, bias, bdt, y, ydt, ys, T, in, out);
             if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv_mma", (int)e, __FILE__, __LINE__);
             return TERN_OK;
         }
-        if ((c->qgemv_version == 4 || c->qgemv_version == 5) &&
-            tk_qgemv4_ok(&m, xp, (int)x->dtype, in, in)) {
+        if ((ver == 4 || ver == 5) && tk_qgemv4_ok(&m, xp, (int)x->dtype, in, in)) {
             cudaError_t e = tk_qgemv4(c->stream, &m, xp, in, bias, bdt, y, ydt, ys, T, in, out,
-                                      c->qgemv_version == 4);
+                                      ver == 4);
             if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv4", (int)e, __FILE__, __LINE__);
             return TERN_OK;
         }
-        if (c->qgemv_version == 2 && tk_qgemv2_ok(&m, xp, (int)x->dtype, in, in, out)) {
+        if (ver == 2 && tk_qgemv2_ok(&m, xp, (int)x->dtype, in, in, out)) {
             cudaError_t e = tk_qgemv2(c->stream, &m, xp, in, bias, bdt, y, ydt, ys, T, in, out);
             if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv2", (int)e, __FILE__, __LINE__);
             return TERN_OK;
