@@ -10,7 +10,8 @@
 # GPU_CHECK_RACECHECK=1 runs test_ops_cuda under compute-sanitizer racecheck,
 # GPU_CHECK_LONG=1 adds a 2048-token prompt bench (prefill) per model,
 # GPU_CHECK_Q4_KERNELS="v4 v1" adds 4-bit batch-1 runs with those GEMVs,
-# GPU_CHECK_KEEP=1 leaves the models in /tmp/tern-llama8b{,-q4}.
+# GPU_CHECK_KEEP=1 leaves the models in /tmp/tern-llama8b{,-q4}, GPU_CHECK_MODELS="q4:/tmp/tern-llama8b-q4"
+# benches only the 4-bit model.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-check-out}
@@ -41,7 +42,7 @@ timeout 100 python3 tools/make_model.py --preset llama-3.1-8b --out "$MODEL" \
   --tokenizer-dir $C/tok-llama3_1 >"$OUT/make_model.log" 2>&1; echo "make_model rc=$?"
 cr timeout 70 $C/tern quantize --model "$MODEL" --out "$Q" --bits 4 --group-size 64 \
   >"$OUT/quantize.log" 2>&1; echo "quantize rc=$?"
-for m in bf16:$MODEL q4:$Q; do
+for m in ${GPU_CHECK_MODELS:-bf16:$MODEL q4:$Q}; do
   n=${m%%:*} d=${m#*:}
   cr timeout 60 $C/tern bench --model "$d" --device cuda --prompt-len 512 --gen 64 --reps 3 \
     --json >"$OUT/single_$n.json" 2>"$OUT/single_$n.err"; echo "single $n rc=$?"
