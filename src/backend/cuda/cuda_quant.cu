@@ -175,17 +175,18 @@ static __global__ void k_qdequant(const uint32_t *q, const void *sc, const void 
                                   int bits, int group, int64_t n_table, int64_t in,
                                   const int32_t *idx, int64_t rows, void *out, int odt, int64_t os)
 {
-    int64_t r = blockIdx.y;
-    if (r >= rows) return;
-    int64_t src = idx ? idx[r] : r;
     int64_t ng = in / group, words = in * bits / 32;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < in;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        float v = 0.0f;
-        if (src >= 0 && src < n_table)
-            v = ld_s(sc, sdt, src * ng + i / group) * (float)qget(q + src * words, i, bits) +
-                ld_s(bi, sdt, src * ng + i / group);
-        tk_st(out, odt, r * os + i, v);
+    /* rows may exceed the grid's 65535 y limit (a vocab-sized table) */
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        int64_t src = idx ? idx[r] : r;
+        for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < in;
+             i += (int64_t)gridDim.x * blockDim.x) {
+            float v = 0.0f;
+            if (src >= 0 && src < n_table)
+                v = ld_s(sc, sdt, src * ng + i / group) * (float)qget(q + src * words, i, bits) +
+                    ld_s(bi, sdt, src * ng + i / group);
+            tk_st(out, odt, r * os + i, v);
+        }
     }
 }
 
@@ -259,7 +260,7 @@ extern "C" cudaError_t tk_qdequant(cudaStream_t st, const struct tk_qmat *m, int
     if (n_out <= 0) return cudaSuccess;
     unsigned bx = (unsigned)tk_cdiv(in, 256);
     if (bx > 64) bx = 64;
-    dim3 grid(bx, (unsigned)n_out);
+    dim3 grid(bx, (unsigned)(n_out < 65535 ? n_out : 65535));
     k_qdequant<<<grid, 256, 0, st>>>((const uint32_t *)m->q, m->scales, m->biases, m->sdt,
                                      m->bits, m->group, rows, in, idx, n_out, out, odt,
                                      out_stride);
