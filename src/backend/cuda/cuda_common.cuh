@@ -133,6 +133,41 @@ static cudaError_t tk_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, si
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
+/* A 16-byte load of data read once (weights): through the non-coherent
+ * path, not kept in L1. */
+static __device__ __forceinline__ uint4 tk_ld_stream(const uint4 *p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+/* The end of a warp-per-rows GEMV: acc[r][t] (output row row0 + r, token t)
+ * summed over the warp's lanes by tk_warp_sum, + bias[row], stored by lane
+ * (r * NT + t) % 32 to y[t * ys + row0 + r] (rows >= out are skipped). */
+template <int R, int NT>
+static __device__ __forceinline__ void tk_warp_rows_store(float (&acc)[R][NT], int lane,
+                                                           int64_t row0, int64_t out,
+                                                           const void *bias, int bdt, void *y,
+                                                           int ydt, int64_t ys)
+{
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = tk_warp_sum(acc[r][t]);
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (lane == (r * NT + t) % 32 && row0 + r < out) {
+                float v = acc[r][t];
+                if (bias) v += tk_ld(bias, bdt, row0 + r);
+                tk_st(y, ydt, t * ys + row0 + r, v);
+            }
+}
+
 static inline __host__ __device__ int64_t tk_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 #endif /* TERN_CUDA_COMMON_CUH */

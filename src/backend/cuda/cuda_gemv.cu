@@ -32,15 +32,6 @@
 #define GEMV_U1 8     /* the same at one token: 206.5 vs 199.6 tok/s on the 8B (H200) */
 #define GEMV_WARPS 8  /* warps per block */
 
-static __device__ __forceinline__ uint4 ld_stream(const uint4 *p)
-{
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
 static __device__ __forceinline__ float bf_lo(uint32_t u) { return __uint_as_float(u << 16); }
 static __device__ __forceinline__ float bf_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
 
@@ -66,7 +57,7 @@ static __device__ __forceinline__ void ld_step(uint4 (&wv)[U][GEMV_R],
 #pragma unroll
     for (int u = 0; u < U; u++)
 #pragma unroll
-        for (int r = 0; r < GEMV_R; r++) wv[u][r] = ld_stream(wr[r] + c + 32 * u);
+        for (int r = 0; r < GEMV_R; r++) wv[u][r] = tk_ld_stream(wr[r] + c + 32 * u);
 }
 
 /* x [NT rows of xs chunks], in = n_chunks * 8. GLU = false: rows
@@ -119,7 +110,7 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
     for (; c < n_chunks; c += 32) {
         uint4 wt[GEMV_R];
 #pragma unroll
-        for (int r = 0; r < GEMV_R; r++) wt[r] = ld_stream(wr[r] + c);
+        for (int r = 0; r < GEMV_R; r++) wt[r] = tk_ld_stream(wr[r] + c);
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             uint4 xv = __ldg(x + t * xs + c);

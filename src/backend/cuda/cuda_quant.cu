@@ -26,15 +26,6 @@
 
 #define QG_WARPS 4
 
-static __device__ __forceinline__ uint4 ld_stream(const uint4 *p)
-{
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
 static __device__ __forceinline__ float ld_s(const void *p, int dt, int64_t i)
 {
     return tk_ld(p, dt, i);
@@ -84,7 +75,7 @@ static __global__ void __launch_bounds__(QG_WARPS * 32)
 #pragma unroll
         for (int r = 0; r < R; r++) {
             int64_t row = row0 + r < out ? row0 + r : out - 1;
-            wv[r] = ld_stream(q + row * n_chunks + c);
+            wv[r] = tk_ld_stream(q + row * n_chunks + c);
         }
         float s[R][NSEG], b[R][NSEG];
 #pragma unroll
@@ -121,19 +112,7 @@ static __global__ void __launch_bounds__(QG_WARPS * 32)
             }
         }
     }
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) acc[r][t] = tk_warp_sum(acc[r][t]);
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-            if (lane == (r * NT + t) % 32 && row0 + r < out) {
-                float v = acc[r][t];
-                if (bias) v += tk_ld(bias, bdt, row0 + r);
-                tk_st(y, ydt, t * ys + row0 + r, v);
-            }
+    tk_warp_rows_store<R, NT>(acc, lane, row0, out, bias, bdt, y, ydt, ys);
 }
 
 static __device__ __forceinline__ uint32_t qget(const uint32_t *q, int64_t i, int bits)

@@ -26,15 +26,6 @@
 
 #define V2_WARPS 4
 
-static __device__ __forceinline__ uint4 ld_nc(const uint4 *p)
-{
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
 static __device__ __forceinline__ float bf(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 
 /* 2^23 + byte b of u, as a float. */
@@ -107,7 +98,7 @@ static __global__ void __launch_bounds__(V2_WARPS * 32)
     for (int c = warp * 32 + lane; c < n_chunks; c += V2_WARPS * 32) {
         uint4 wv[R];
 #pragma unroll
-        for (int r = 0; r < R; r++) wv[r] = ld_nc(qr[r] + c);
+        for (int r = 0; r < R; r++) wv[r] = tk_ld_stream(qr[r] + c);
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             float xf[V];
@@ -221,7 +212,7 @@ static __global__ void k_qdequant2(const uint4 *__restrict__ q, const uint16_t *
     int64_t gi = row * ((int64_t)n_chunks_row * V >> gshift) + ((c * V) >> gshift);
     float s = bf(sc[gi]), b = bf(bi[gi]);
     float qf[V];
-    unpack<BITS>(ld_nc(q + i), qf);
+    unpack<BITS>(tk_ld_stream(q + i), qf);
 #pragma unroll
     for (int j = 0; j < V / 8; j++) {
         uint32_t o[4];

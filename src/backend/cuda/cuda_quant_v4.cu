@@ -31,15 +31,6 @@
 
 #define Q4_WARPS 4
 
-static __device__ __forceinline__ uint4 ld_stream4(const uint4 *p)
-{
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
 static __device__ __forceinline__ __half2 u2h2(uint32_t u)
 {
     __half2 h;
@@ -93,7 +84,7 @@ static __global__ void __launch_bounds__(Q4_WARPS * 32)
     for (int r = 0; r < R; r++) rp[r] = q + (row0 + r < out ? row0 + r : out - 1) * n_chunks;
     uint4 cur[R];
 #pragma unroll
-    for (int r = 0; r < R; r++) cur[r] = lane < n_chunks ? ld_stream4(rp[r] + lane) : make_uint4(0, 0, 0, 0);
+    for (int r = 0; r < R; r++) cur[r] = lane < n_chunks ? tk_ld_stream(rp[r] + lane) : make_uint4(0, 0, 0, 0);
     tk_pdl_wait();
     tk_pdl_launch();
     float acc[R][NT];
@@ -105,7 +96,7 @@ static __global__ void __launch_bounds__(Q4_WARPS * 32)
         uint4 nxt[R];
 #pragma unroll
         for (int r = 0; r < R; r++)
-            nxt[r] = c + 32 < n_chunks ? ld_stream4(rp[r] + c + 32) : make_uint4(0, 0, 0, 0);
+            nxt[r] = c + 32 < n_chunks ? tk_ld_stream(rp[r] + c + 32) : make_uint4(0, 0, 0, 0);
         float s[R], b[R];
 #pragma unroll
         for (int r = 0; r < R; r++) {
@@ -154,19 +145,7 @@ static __global__ void __launch_bounds__(Q4_WARPS * 32)
 #pragma unroll
         for (int r = 0; r < R; r++) cur[r] = nxt[r];
     }
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) acc[r][t] = tk_warp_sum(acc[r][t]);
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-            if (lane == (r * NT + t) % 32 && row0 + r < out) {
-                float v = acc[r][t];
-                if (bias) v += tk_ld(bias, bdt, row0 + r);
-                tk_st(y, ydt, t * ys + row0 + r, v);
-            }
+    tk_warp_rows_store<R, NT>(acc, lane, row0, out, bias, bdt, y, ydt, ys);
 }
 
 typedef cudaError_t (*qgemv4_fn)(cudaStream_t, const struct tk_qmat *, const void *, int64_t,
