@@ -227,7 +227,10 @@ extern "C" cudaError_t tk_add_rmsnorm(cudaStream_t st, void *res, int rdt, const
 /* Pair i of a head rotated by position p: (x1, x2) at indices (i1, i2) of the
  * head (interleaved (2i, 2i+1), else (i, i + half)) become
  * (x1 c - x2 s, x2 c + x1 s), c and s of p * inv_freq[i] times mscale. The
- * rope kernel and qk_rope_store both use it, so they agree bitwise. */
+ * rope kernel and qk_rope_store both use it. With the helper alone the H200
+ * still gave one last-bit difference in one of six shapes (the compiler
+ * contracted the products differently per kernel); the explicit fma / mul
+ * below fix the arithmetic so the two agree bitwise. */
 template <typename T>
 static __device__ __forceinline__ void rope_pair(T *hp, float *xs, int i, int half,
                                                  int interleaved, float p, const float *inv_freq,
@@ -240,7 +243,9 @@ static __device__ __forceinline__ void rope_pair(T *hp, float *xs, int i, int ha
     s *= mscale;
     int i1 = interleaved ? 2 * i : i, i2 = interleaved ? 2 * i + 1 : i + half;
     float x1 = hp ? tk_f(hp[i1]) : xs[i1], x2 = hp ? tk_f(hp[i2]) : xs[i2];
-    T y1 = tk_from<T>(x1 * c - x2 * s), y2 = tk_from<T>(x2 * c + x1 * s);
+    /* Spelled out so that no context contracts it differently. */
+    T y1 = tk_from<T>(__fmaf_rn(x1, c, -__fmul_rn(x2, s)));
+    T y2 = tk_from<T>(__fmaf_rn(x2, c, __fmul_rn(x1, s)));
     if (hp) {
         hp[i1] = y1;
         hp[i2] = y2;
