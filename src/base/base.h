@@ -19,6 +19,16 @@
 #define TERN_PRINTF(fmt_idx, arg_idx)
 #endif
 
+/* x86-64 clones of a hot loop for AVX-512 and AVX2, picked once at load time
+ * by the CPU (GCC/Clang target_clones). The build never contracts a * b + c
+ * into an FMA (-ffp-contract=off), so every clone performs the same float
+ * operations in the same order and gives the same bits as the baseline. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(TERN_NO_SIMD_CLONES)
+#define TERN_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TERN_SIMD_CLONES
+#endif
+
 /* ------------------------------------------------------------ status */
 
 /* Records a one-line message for the calling thread and returns `status`, so

@@ -87,8 +87,9 @@ static void dequant_pow2(const uint32_t *q, float s, float b, int bits, int grou
     }
 }
 
-void tern_quant_dequant_row(const uint32_t *q, const void *scales, const void *biases,
-                            enum tern_dtype sdt, int64_t n, int bits, int group_size, float *out)
+TERN_SIMD_CLONES void tern_quant_dequant_row(const uint32_t *q, const void *scales,
+                                             const void *biases, enum tern_dtype sdt, int64_t n,
+                                             int bits, int group_size, float *out)
 {
     int64_t words_per_group = group_size * bits / 32;
     for (int64_t g = 0; g < n / group_size; g++) {

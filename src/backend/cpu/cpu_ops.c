@@ -20,7 +20,8 @@
 #define TERN_CPU_PAR_MIN 262144.0
 
 /* Fixed-order dot products: DOT_LANES independent accumulators (which the
- * compiler vectorises without reassociation), reduced pairwise. */
+ * compiler vectorises without reassociation), reduced pairwise; AVX-512 /
+ * AVX2 clones where the CPU has them, with the same bits (base.h). */
 static float reduce_lanes(float *acc)
 {
     for (int w = DOT_LANES / 2; w > 0; w /= 2)
@@ -28,7 +29,7 @@ static float reduce_lanes(float *acc)
     return acc[0];
 }
 
-float tern_cpu_dot_f32(const float *a, const float *b, int64_t n)
+TERN_SIMD_CLONES float tern_cpu_dot_f32(const float *a, const float *b, int64_t n)
 {
     float acc[DOT_LANES] = {0};
     int64_t i = 0;
@@ -38,7 +39,7 @@ float tern_cpu_dot_f32(const float *a, const float *b, int64_t n)
     return reduce_lanes(acc);
 }
 
-static float dot_bf16(const float *a, const uint16_t *b, int64_t n)
+TERN_SIMD_CLONES static float dot_bf16(const float *a, const uint16_t *b, int64_t n)
 {
     float acc[DOT_LANES] = {0};
     int64_t i = 0;
@@ -48,7 +49,7 @@ static float dot_bf16(const float *a, const uint16_t *b, int64_t n)
     return reduce_lanes(acc);
 }
 
-static float dot_f16(const float *a, const uint16_t *b, int64_t n)
+TERN_SIMD_CLONES static float dot_f16(const float *a, const uint16_t *b, int64_t n)
 {
     float acc[DOT_LANES] = {0};
     int64_t i = 0;
