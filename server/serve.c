@@ -195,9 +195,10 @@ static void *load_main(void *arg)
     }
     s->mc.tool_fmt = srv_tool_format_detect(s->mc.tmpl, s->mc.tok);
     if (s->o.test_script && !load_script(s, s->o.test_script)) goto fail;
-    atomic_store(&s->state, SRV_READY);
+    /* Said before /health turns 200, so a client that saw ready can rely on it. */
     fprintf(stderr, "tern serve: model ready (%s, context %d, tool calls: %s)\n", s->mc.model_name,
             s->mc.context_length, srv_tool_format_name(s->mc.tool_fmt));
+    atomic_store(&s->state, SRV_READY);
     return NULL;
 fail:
     atomic_store(&s->state, SRV_FAILED);

@@ -67,6 +67,16 @@ class Server:
             time.sleep(0.05)
         raise RuntimeError("tern serve not ready: " + "".join(self.log))
 
+    def wait_log(self, text, timeout=10):
+        """True once a stderr line containing text has been read (the reader
+        thread may lag the server by a moment)."""
+        end = time.time() + timeout
+        while time.time() < end:
+            if any(text in line for line in list(self.log)):
+                return True
+            time.sleep(0.02)
+        return False
+
     def stop(self, timeout=20):
         """SIGTERM; returns the exit code."""
         if self.proc.poll() is None:

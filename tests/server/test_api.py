@@ -292,7 +292,7 @@ def prompt_text(s, **body):
 
 def test_tool_choice_prompt_prefill(make_server):
     s = make_server(*LONGCTX, script=["x"])
-    assert "tool calls: hermes" in "".join(s.log)
+    assert s.wait_log("tool calls: hermes"), "".join(s.log)
     auto = prompt_text(s, tools=TOOLS)
     assert auto.endswith("<|im_start|>assistant\n")
     assert prompt_text(s, tools=TOOLS, tool_choice="required") == auto + "<tool_call>\n"
