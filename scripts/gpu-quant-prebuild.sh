@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Builds, on this (GPU-less) machine, what scripts/gpu-quant.sh runs on the GPU
 # machine: the CUDA quantized-op test, the quantized golden test, the `tern`
-# CLI (for `tern quantize` and `tern bench`) and dev/kernels/bench_quant.c
-# (with the lab kernels of dev/kernels/quant_v2.cu),
+# CLI (for `tern quantize` and `tern bench`) and dev/kernels/bench_quant.c,
 # plus every shared library they need outside CUDA and glibc, and the
 # Llama-3 tokenizer for tools/make_model.py, into .gpu-carry/quant/
 # (git-ignored; pass .gpu-carry as `carry`).
@@ -13,10 +12,8 @@ B=build/gpu-quant
 C=.gpu-carry/quant
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DTERN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
 cmake --build $B --target test_quant_cuda test_golden_quant tern_cli -j2
-nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -c dev/kernels/quant_v2.cu \
-  -o $B/quant_v2.o
 gcc -O2 -std=c11 -D_GNU_SOURCE -Isrc -Iinclude -I/usr/local/cuda/include dev/kernels/bench_quant.c \
-  $B/quant_v2.o $B/libtern.a -L/usr/local/cuda/lib64 -lcudart -lcublasLt -lcublas -ljansson -lpcre2-8 \
+  $B/libtern.a -L/usr/local/cuda/lib64 -lcudart -lcublasLt -lcublas -ljansson -lpcre2-8 \
   -lutf8proc -lopenblas -lxxhash -fopenmp -lstdc++ -lm -o $B/bench_quant
 rm -rf $C && mkdir -p $C
 BINS="$B/tests/quant/test_quant_cuda $B/tests/quant/test_golden_quant $B/tern $B/bench_quant"

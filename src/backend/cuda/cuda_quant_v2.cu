@@ -1,7 +1,7 @@
 /*
  * cuda_quant_v2.cu — second versions of the MLX-affine decode GEMV and the
- * dequantize-for-prefill kernel (v1: cuda_quant.cu), promoted from the kernel
- * lab (dev/kernels/quant_v2.cu) and chosen at run time by TERN_QUANT_KERNEL
+ * dequantize-for-prefill kernel (v1: cuda_quant.cu), first written in the
+ * kernel lab (docs/perf/quant.md) and chosen at run time by TERN_QUANT_KERNEL
  * (cuda_quant.c). They take 4- and 8-bit weights with BF16 scales and BF16
  * activations; everything else stays on v1.
  *
