@@ -43,6 +43,11 @@ bool srv_buf_printf(struct srv_buf *b, const char *fmt, ...)
 void srv_buf_consume(struct srv_buf *b, size_t n); /* drops the first n bytes */
 void srv_buf_free(struct srv_buf *b);
 
+/* Length of the longest proper suffix of s[0..n) that is a prefix of `tag`:
+ * how much streamed text to hold back because it may begin `tag`
+ * (text_pipe.c). */
+size_t srv_partial_suffix(const char *s, size_t n, const char *tag);
+
 /* ------------------------------------------------------------- stop strings */
 
 #define SRV_MAX_STOP 16

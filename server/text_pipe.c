@@ -69,8 +69,7 @@ void srv_buf_free(struct srv_buf *b)
     b->len = b->cap = 0;
 }
 
-/* Length of the longest proper suffix of s[0..n) that is a prefix of `tag`. */
-static size_t partial_suffix(const char *s, size_t n, const char *tag)
+size_t srv_partial_suffix(const char *s, size_t n, const char *tag)
 {
     size_t tl = strlen(tag);
     size_t max = n < tl - 1 ? n : tl - 1;
@@ -139,7 +138,7 @@ bool srv_stop_push(struct srv_stop *s, const char *text, size_t len, struct srv_
     /* the longest tail that could still begin a stop string */
     size_t keep = 0;
     for (int i = 0; i < s->n_stops; i++) {
-        size_t k = partial_suffix(p, n, s->stops[i]);
+        size_t k = srv_partial_suffix(p, n, s->stops[i]);
         if (k > keep) keep = k;
     }
     if (first && (keep == 0 || p + n - keep >= first)) {
@@ -234,7 +233,7 @@ static void reason_step(struct srv_reason *r, struct srv_buf *reasoning, struct 
             r->state = R_CONTENT;
             r->after_close = true;
         } else {
-            size_t keep = partial_suffix(r->hold.p, r->hold.len, THINK_CLOSE);
+            size_t keep = srv_partial_suffix(r->hold.p, r->hold.len, THINK_CLOSE);
             size_t end = r->hold.len - keep;
             while (end > 0 && is_space(r->hold.p[end - 1])) end--; /* may precede </think> */
             emit_reasoning(r, r->hold.p, end, reasoning);

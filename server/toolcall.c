@@ -34,15 +34,6 @@ static const char *find_mem(const char *h, size_t hn, const char *needle)
     return NULL;
 }
 
-static size_t partial_suffix(const char *s, size_t n, const char *tag)
-{
-    size_t tl = strlen(tag);
-    size_t max = n < tl - 1 ? n : tl - 1;
-    for (size_t k = max; k > 0; k--)
-        if (!memcmp(s + n - k, tag, k)) return k;
-    return 0;
-}
-
 static uint64_t next_rand(uint64_t *s)
 {
     /* splitmix64 */
@@ -293,7 +284,7 @@ static bool tools_step(struct srv_tools *t, struct srv_buf *content, struct srv_
         if (t->state == T_TEXT) {
             const char *m = find_mem(p, n, CALL_OPEN);
             if (!m) {
-                size_t keep = partial_suffix(p, n, CALL_OPEN);
+                size_t keep = srv_partial_suffix(p, n, CALL_OPEN);
                 emit_text(t, p, n - keep, content);
                 srv_buf_consume(&t->hold, n - keep);
                 return true;
