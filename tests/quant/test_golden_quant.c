@@ -105,16 +105,7 @@ static void check_fixture(const char *dir)
         printf("  %-20s parts at greedy step %d on a near-tie (gap %.2e)\n", "", i, gap);
         break;
     }
-    if (on_cuda) {
-        tern_free(gen);
-        tern_free(full);
-        tern_model_close(m);
-        tu_npy_free(&prompt);
-        tu_npy_free(&logits);
-        tu_npy_free(&greedy);
-        tu_npy_free(&glog);
-        return;
-    }
+    if (on_cuda) goto done;
 
     int total = n + G - 1;
     int32_t *seq = tern_malloc((size_t)total * sizeof(int32_t));
@@ -132,6 +123,7 @@ static void check_fixture(const char *dir)
     }
     tern_free(all);
     tern_free(seq);
+done:
     tern_free(gen);
     tern_free(full);
     tern_model_close(m);
