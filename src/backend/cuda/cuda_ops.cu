@@ -224,35 +224,22 @@ extern "C" cudaError_t tk_add_rmsnorm(cudaStream_t st, void *res, int rdt, const
 
 /* ------------------------------------------------------------ rope */
 
-/* Pair i of a head rotated by position p: (x1, x2) at indices (i1, i2) of the
- * head (interleaved (2i, 2i+1), else (i, i + half)) become
- * (x1 c - x2 s, x2 c + x1 s), c and s of p * inv_freq[i] times mscale. The
- * rope kernel and qk_rope_store both use it. With the helper alone the H200
- * still gave one last-bit difference in one of six shapes (the compiler
- * contracted the products differently per kernel); the explicit fma / mul
- * below fix the arithmetic so the two agree bitwise. */
+/* A rope pair (x1, x2) rotated by angle p * inv_freq: (x1 c - x2 s,
+ * x2 c + x1 s), c and s times mscale, each rounded to T (returned as
+ * floats). The rope kernel and qk_rope_store both use it; the fma / mul are
+ * spelled out because with plain expressions the compiler contracted them
+ * differently in the two kernels (one last-bit difference on the H200). */
 template <typename T>
-static __device__ __forceinline__ void rope_pair(T *hp, float *xs, int i, int half,
-                                                 int interleaved, float p, const float *inv_freq,
-                                                 float mscale)
+static __device__ __forceinline__ void rope_rot(float &x1, float &x2, float p, float inv_freq,
+                                                float mscale)
 {
-    float angle = p * inv_freq[i];
     float s, c;
-    sincosf(angle, &s, &c);
+    sincosf(p * inv_freq, &s, &c);
     c *= mscale;
     s *= mscale;
-    int i1 = interleaved ? 2 * i : i, i2 = interleaved ? 2 * i + 1 : i + half;
-    float x1 = hp ? tk_f(hp[i1]) : xs[i1], x2 = hp ? tk_f(hp[i2]) : xs[i2];
-    /* Spelled out so that no context contracts it differently. */
-    T y1 = tk_from<T>(__fmaf_rn(x1, c, -__fmul_rn(x2, s)));
-    T y2 = tk_from<T>(__fmaf_rn(x2, c, __fmul_rn(x1, s)));
-    if (hp) {
-        hp[i1] = y1;
-        hp[i2] = y2;
-    } else {
-        xs[i1] = tk_f(y1);
-        xs[i2] = tk_f(y2);
-    }
+    float y1 = __fmaf_rn(x1, c, -__fmul_rn(x2, s)), y2 = __fmaf_rn(x2, c, __fmul_rn(x1, s));
+    x1 = tk_f(tk_from<T>(y1));
+    x2 = tk_f(tk_from<T>(y2));
 }
 
 /* One thread per (token, head, pair). */
@@ -271,7 +258,11 @@ static __global__ void k_rope(T *x, int64_t stride, int64_t col0, int64_t n_tok,
     int h = (int)(th % n_heads);
     int64_t t = th / n_heads;
     T *hp = x + t * stride + col0 + (int64_t)h * head_dim;
-    rope_pair<T>(hp, NULL, i, half, interleaved, (float)pos[t], inv_freq, mscale);
+    int i1 = interleaved ? 2 * i : i, i2 = interleaved ? 2 * i + 1 : i + half;
+    float x1 = tk_f(hp[i1]), x2 = tk_f(hp[i2]);
+    rope_rot<T>(x1, x2, (float)pos[t], inv_freq[i], mscale);
+    hp[i1] = tk_from<T>(x1);
+    hp[i2] = tk_from<T>(x2);
 }
 
 extern "C" cudaError_t tk_rope(cudaStream_t st, void *x, int adt, int64_t stride, int64_t col0,
@@ -391,8 +382,10 @@ static __global__ void __launch_bounds__(QRS_WARPS * 32)
     }
     __syncwarp();
     int half = rot / 2;
-    for (int i = lane; i < half; i += 32)
-        rope_pair<T>(NULL, x, i, half, interleaved, (float)pos[t], inv_freq, mscale);
+    for (int i = lane; i < half; i += 32) {
+        int i1 = interleaved ? 2 * i : i, i2 = interleaved ? 2 * i + 1 : i + half;
+        rope_rot<T>(x[i1], x[i2], (float)pos[t], inv_freq[i], mscale);
+    }
     __syncwarp();
     bool to_cache = j >= n_heads && store;
     T *dst = to_cache ? kc + slot * kv_dim + (int64_t)(j - n_heads) * hd : hp;
