@@ -11,13 +11,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-/tmp/gpu-all-out} TERN_GPU_CARRY=${TERN_GPU_CARRY:-.gpu-carry/quant}
-C=/tmp/tern-carry
-mkdir -p "$OUT" $C
+mkdir -p "$OUT"
+. scripts/gpu-carry.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader
 if [ -f "$TERN_GPU_CARRY/bench_quant.xz" ]; then
-  python3 -c "import lzma,sys,shutil; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" \
-    "$TERN_GPU_CARRY/bench_quant.xz" $C/bench_quant && chmod +x $C/bench_quant
-  LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} timeout 150 $C/bench_quant \
+  carry_unpack "$TERN_GPU_CARRY"
+  cr timeout 150 $C/bench_quant \
     ${BENCH_SAMPLES:-9} >"$OUT/bench_quant.log" 2>&1
   echo "bench_quant rc=$?"
   grep -E "T1 |T8 " "$OUT/bench_quant.log" | head -70
@@ -26,7 +25,7 @@ fi
 GPU_CHECK_LONG=${GPU_CHECK_LONG:-1} GPU_CHECK_Q4_KERNELS=${GPU_CHECK_Q4_KERNELS:-"v4 v5 v3"} \
   bash scripts/gpu-check.sh
 if [ "${GPU_ALL_RACECHECK:-1}" = 1 ]; then
-  LD_LIBRARY_PATH=$C:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} TERN_TEST_FIXTURES=$PWD/tests/fixtures \
+  TERN_TEST_FIXTURES=$PWD/tests/fixtures cr \
     timeout ${RACECHECK_S:-150} compute-sanitizer --tool racecheck --print-limit 20 $C/test_ops_cuda \
     >"$OUT/racecheck.log" 2>&1
   echo "racecheck test_ops_cuda rc=$?"

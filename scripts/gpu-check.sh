@@ -15,11 +15,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-check-out}
-MODEL=/tmp/tern-llama8b Q=/tmp/tern-llama8b-q4 C=/tmp/tern-carry
-mkdir -p "$OUT" $C
-python3 -c "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" \
-  ${TERN_GPU_CARRY:-.gpu-carry/decode}/bins.tar.xz $C
-cr() { LD_LIBRARY_PATH=$C:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} "$@"; }
+MODEL=/tmp/tern-llama8b Q=/tmp/tern-llama8b-q4
+mkdir -p "$OUT"
+. scripts/gpu-carry.sh
+carry_unpack "${TERN_GPU_CARRY:-.gpu-carry/decode}"
 echo "== binaries of commit $(cat $C/commit)"
 export TERN_TEST_FIXTURES=$PWD/tests/fixtures
 TESTS="test_ops_cuda test_quant_cuda test_golden_cuda test_graph_cuda"

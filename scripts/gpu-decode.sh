@@ -16,13 +16,11 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-decode-out}
 MODEL=/tmp/tern-llama8b
 Q=/tmp/tern-llama8b-q4
-C=/tmp/tern-carry
-mkdir -p "$OUT" $C
+mkdir -p "$OUT"
 T0=$(date +%s)
-python3 -c "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" \
-  .gpu-carry/decode/bins.tar.xz $C
+. scripts/gpu-carry.sh
+carry_unpack .gpu-carry/decode
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
-cr() { LD_LIBRARY_PATH=$C:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} "$@"; }
 echo "== carried binaries of commit $(cat $C/commit)"
 FX=$PWD/tests/fixtures
 declare -A RC

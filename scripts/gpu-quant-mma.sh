@@ -13,12 +13,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-quant-mma-out}
 CARRY=${TERN_GPU_CARRY:-.gpu-carry/quant}
-C=/tmp/tern-carry MODEL=/tmp/tern-llama8b Q=/tmp/tern-llama8b-q4
-mkdir -p "$OUT" $C
-python3 -c "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" $CARRY/bins.tar.xz $C
-# bench_quant travels xz-compressed (the carry's 64 MiB limit)
-python3 -c "import lzma,sys,shutil; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" \
-  $CARRY/bench_quant.xz $C/bench_quant && chmod +x $C/bench_quant
+MODEL=/tmp/tern-llama8b Q=/tmp/tern-llama8b-q4
+mkdir -p "$OUT"
+. scripts/gpu-carry.sh
+carry_unpack "$CARRY"
 export LD_LIBRARY_PATH=$C:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv | tee "$OUT/gpu.txt"
 echo "== bench_quant (binaries of commit $(cat $C/commit))"

@@ -14,11 +14,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-sample-out}
-MODEL=/tmp/tern-llama8b C=/tmp/tern-carry
-mkdir -p "$OUT" $C
-python3 -c "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" \
-  ${TERN_GPU_CARRY:-.gpu-carry/sample}/bins.tar.xz $C
-cr() { LD_LIBRARY_PATH=$C:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} "$@"; }
+MODEL=/tmp/tern-llama8b
+mkdir -p "$OUT"
+. scripts/gpu-carry.sh
+carry_unpack "${TERN_GPU_CARRY:-.gpu-carry/sample}"
 echo "== binaries of commit $(cat $C/commit)"
 export TERN_TEST_FIXTURES=$PWD/tests/fixtures
 for t in ${GPU_SAMPLE_TESTS:-test_sample_cuda test_sample_engine_cuda test_ops_cuda}; do
