@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (Firecracker runtime: ncu reads counters there):
+# where does a decode step's time go? With the carry of
+#   TERN_GPU_BUILD=build/gpu-quant TERN_GPU_CARRY=.gpu-carry/quant scripts/gpu-decode-prebuild.sh
+# (+ quant_probe.xz, dev/kernels/quant_probe.cu built with nvcc, optional):
+#   1. quant_probe (which part of a 4-bit GEMV's work costs bandwidth);
+#   2. Llama-3.1-8B-shaped bf16 and 4-bit models, `tern bench` under ncu
+#      (one metric: each kernel's duration, no cache flush, op by op): the
+#      kernels of one decode step, grouped by name, with their sum;
+#   3. ncu's memory / warp-state sections for the decode GEMVs of the first
+#      decode step (qkv, o, gate_up, down) and the lm_head.
+# Env: PROFILE_MODELS="q4 bf16", PROFILE_PROBE=1, PROFILE_SECTIONS=1.
+# Logs under $OUT; the tables print to stdout.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu-profile-out}
+MODEL=/tmp/tern-llama8b Q=/tmp/tern-llama8b-q4
+mkdir -p "$OUT"
+. scripts/gpu-carry.sh
+carry_unpack "${TERN_GPU_CARRY:-.gpu-carry/quant}"
+echo "== binaries of commit $(cat $C/commit)"
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+echo "ncu: ${NCU:-none}"
+if [ "${PROFILE_PROBE:-1}" = 1 ] && [ -f "${TERN_GPU_CARRY:-.gpu-carry/quant}/quant_probe.xz" ]; then
+  python3 -c "import lzma,sys,shutil; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" \
+    "${TERN_GPU_CARRY:-.gpu-carry/quant}/quant_probe.xz" "$C/quant_probe" && chmod +x "$C/quant_probe"
+  timeout 120 "$C/quant_probe" | tee "$OUT/quant_probe.log"
+fi
+export TERN_TEST_FIXTURES=$PWD/tests/fixtures
+for t in ${PROFILE_TESTS:-test_ops_cuda}; do
+  cr timeout 90 $C/$t >"$OUT/$t.log" 2>&1; echo "$t rc=$?"
+  grep -E "PASSED|FAILED|differ" "$OUT/$t.log" | tail -4
+done
+want() { case " ${PROFILE_MODELS:-q4 bf16} " in *" $1 "*) return 0 ;; esac; return 1; }
+if [ ! -d "$MODEL" ]; then
+  timeout 100 python3 tools/make_model.py --preset llama-3.1-8b --out "$MODEL" \
+    --tokenizer-dir $C/tok-llama3_1 >"$OUT/make_model.log" 2>&1; echo "make_model rc=$?"
+fi
+if want q4 && [ ! -d "$Q" ]; then
+  cr timeout 70 $C/tern quantize --model "$MODEL" --out "$Q" --bits 4 --group-size 64 \
+    >"$OUT/quantize.log" 2>&1; echo "quantize rc=$?"
+fi
+[ -z "$NCU" ] && exit 0
+for n in ${PROFILE_MODELS:-q4 bf16}; do
+  d=$MODEL; [ $n = q4 ] && d=$Q
+  # every kernel's duration: prompt 64 (prefill), then 4 decode steps, op by op
+  TERN_CUDA_GRAPHS=0 cr timeout 240 "$NCU" --clock-control none --cache-control none \
+    --metrics gpu__time_duration.sum --csv --page raw \
+    $C/tern bench --model "$d" --device cuda --prompt-len 64 --gen 4 --reps 1 \
+    >"$OUT/ncu_step_$n.csv" 2>"$OUT/ncu_step_$n.err"
+  echo "ncu step $n rc=$?"
+  python3 - "$OUT/ncu_step_$n.csv" "$n" <<'EOF'
+import csv, sys, collections
+rows = list(csv.reader(open(sys.argv[1])))
+hdr = next(i for i, r in enumerate(rows) if 'Kernel Name' in r)
+h = rows[hdr]; ki = h.index('Kernel Name'); ti = h.index('gpu__time_duration.sum')
+ks = []
+for r in rows[hdr + 2:]:
+    if len(r) > ti:
+        try: ks.append((r[ki].split('(')[0].split('<')[0].replace('void ', '').strip(), float(r[ti])))
+        except ValueError: pass
+# a decode step ends with the sampler (k_sample or k_argmax)
+ends = [i for i, (k, _) in enumerate(ks) if k.startswith('k_sample') or k.startswith('k_argmax')]
+print(f"{sys.argv[2]}: {len(ks)} kernels profiled, {len(ends)} step ends")
+if len(ends) >= 3:
+    step = ks[ends[-3] + 1: ends[-2] + 1]
+    agg = collections.OrderedDict()
+    for k, t in step:
+        c, s = agg.get(k, (0, 0.0)); agg[k] = (c + 1, s + t)
+    unit = 'ns'
+    tot = sum(t for _, t in step)
+    print(f"one decode step ({sys.argv[2]}): {len(step)} kernels, sum {tot/1e3:.1f} us ({unit} from ncu)")
+    print(f"{'kernel':28s} {'n':>5s} {'sum us':>9s} {'mean us':>8s} {'%':>6s}")
+    for k, (c, s) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
+        print(f"{k:28s} {c:5d} {s/1e3:9.1f} {s/c/1e3:8.2f} {100*s/tot:6.1f}")
+    print("first layer in order:", ' '.join(f"{k}:{t/1e3:.1f}" for k, t in step[:14]))
+EOF
+done
+if [ "${PROFILE_SECTIONS:-1}" = 1 ]; then
+  SEC="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section LaunchStats --section Occupancy"
+  for spec in "q4:k_qgemv_mma:0:4" "q4:k_qgemv_mma:128:1" "bf16:k_gemv_bf16:0:4" "bf16:k_gemv_bf16:128:1"; do
+    IFS=: read -r n k skip cnt <<<"$spec"
+    want $n || continue
+    d=$MODEL; [ $n = q4 ] && d=$Q
+    f="$OUT/ncu_${n}_${k}_${skip}.txt"
+    TERN_CUDA_GRAPHS=0 cr timeout 200 "$NCU" --clock-control none $SEC --kernel-name "$k" \
+      --launch-skip "$skip" --launch-count "$cnt" \
+      $C/tern bench --model "$d" --device cuda --prompt-len 64 --gen 2 --reps 1 >"$f" 2>&1
+    echo "== ncu sections $n $k skip $skip rc=$?"
+    grep -E "^  [a-z_]+.*\(|Grid Size|Duration|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Achieved Occupancy|Registers Per|Issued Warp|No Eligible|Warp Cycles Per Issued|Stall|Mem Busy|Max Bandwidth|L1/TEX Cache Throughput|L2 Cache Throughput|Compute \(SM\) Throughput|Est\. Speedup|Theoretical Occupancy|Block Limit" "$f" | head -${PROFILE_LINES:-60}
+  done
+fi
