@@ -49,32 +49,7 @@ for n in ${PROFILE_MODELS:-q4 bf16}; do
     $C/tern bench --model "$d" --device cuda --prompt-len 64 --gen 4 --reps 1 \
     >"$OUT/ncu_step_$n.csv" 2>"$OUT/ncu_step_$n.err"
   echo "ncu step $n rc=$?"
-  python3 - "$OUT/ncu_step_$n.csv" "$n" <<'EOF'
-import csv, sys, collections
-rows = list(csv.reader(open(sys.argv[1])))
-hdr = next(i for i, r in enumerate(rows) if 'Kernel Name' in r)
-h = rows[hdr]; ki = h.index('Kernel Name'); ti = h.index('gpu__time_duration.sum')
-ks = []
-for r in rows[hdr + 2:]:
-    if len(r) > ti:
-        try: ks.append((r[ki].split('(')[0].split('<')[0].replace('void ', '').strip(), float(r[ti])))
-        except ValueError: pass
-# a decode step ends with the sampler (k_sample or k_argmax)
-ends = [i for i, (k, _) in enumerate(ks) if k.startswith('k_sample') or k.startswith('k_argmax')]
-print(f"{sys.argv[2]}: {len(ks)} kernels profiled, {len(ends)} step ends")
-if len(ends) >= 3:
-    step = ks[ends[-3] + 1: ends[-2] + 1]
-    agg = collections.OrderedDict()
-    for k, t in step:
-        c, s = agg.get(k, (0, 0.0)); agg[k] = (c + 1, s + t)
-    unit = 'ns'
-    tot = sum(t for _, t in step)
-    print(f"one decode step ({sys.argv[2]}): {len(step)} kernels, sum {tot/1e3:.1f} us ({unit} from ncu)")
-    print(f"{'kernel':28s} {'n':>5s} {'sum us':>9s} {'mean us':>8s} {'%':>6s}")
-    for k, (c, s) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
-        print(f"{k:28s} {c:5d} {s/1e3:9.1f} {s/c/1e3:8.2f} {100*s/tot:6.1f}")
-    print("first layer in order:", ' '.join(f"{k}:{t/1e3:.1f}" for k, t in step[:14]))
-EOF
+  python3 scripts/ncu-step-table.py "$OUT/ncu_step_$n.csv"
 done
 if [ "${PROFILE_SECTIONS:-1}" = 1 ]; then
   SEC="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section LaunchStats --section Occupancy"
