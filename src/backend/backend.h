@@ -266,6 +266,21 @@ struct tern_backend_ops {
     enum tern_status (*matmul_glu)(struct tern_backend *be, const struct tern_dtensor *x,
                                    const struct tern_linear *w, struct tern_dtensor *gate_up,
                                    struct tern_dtensor *act);
+    /* optional (NULL = absent: callers issue matmul into proj, then
+     * add_rmsnorm(residual, proj, norm_w, eps, h)): a projection and the
+     * residual add + RMSNorm after it in one op. w: [dim, in]; x [T, in];
+     * residual [T, dim] (F32 or act dtype); proj [T, dim] is scratch the
+     * backend may write (the CPU composes through it; CUDA adds each output
+     * to the residual in the decode GEMV's epilogue, the last block
+     * normalising, and leaves proj alone); h [T, dim]. norm_w NULL: only
+     * residual += proj (add), h untouched. Results equal that sequence
+     * (bitwise on CPU and CUDA). */
+    enum tern_status (*matmul_add_rmsnorm)(struct tern_backend *be, const struct tern_dtensor *x,
+                                           const struct tern_linear *w,
+                                           struct tern_dtensor *residual,
+                                           struct tern_dtensor *proj,
+                                           const struct tern_dtensor *norm_w, float eps,
+                                           struct tern_dtensor *h);
     /* out = a + b, elementwise, same shapes (out may alias a). */
     enum tern_status (*add)(struct tern_backend *be, const struct tern_dtensor *a,
                             const struct tern_dtensor *b, struct tern_dtensor *out);

@@ -14,6 +14,10 @@
  *     residual += attn o_proj;  h = rmsnorm(residual)
  *     residual += down(silu(h gate) * (h up))       (one matmul_glu for the fused
  *                                                    gate/up where the backend has it)
+ *     h = rmsnorm(residual)                         (the next layer's input norm;
+ *                                                    each projection + add + norm is
+ *                                                    one matmul_add_rmsnorm where the
+ *                                                    backend has it)
  *   logits = lm_head(rmsnorm(residual[logits_idx]))
  */
 #include "model/model.h"
@@ -257,6 +261,25 @@ static struct tern_dtensor rows_of(const struct tern_dtensor *t, int64_t rows)
     return tern_dtensor_rows(t, 0, rows);
 }
 
+/* residual += x W^T; h = rmsnorm(residual) * norm_w (norm_w NULL: the add
+ * only). One op where the backend fuses it, else matmul into proj and
+ * add_rmsnorm / add: the same bits either way. */
+static enum tern_status proj_add_norm(struct tern_model_core *m, struct tern_fwd *f,
+                                      const struct tern_dtensor *x, const struct tern_linear *w,
+                                      const struct tern_dtensor *norm_w, int64_t T)
+{
+    const struct tern_backend_ops *ops = m->be->ops;
+    struct tern_backend *be = m->be;
+    float eps = m->hp.rms_norm_eps;
+    struct tern_dtensor res = rows_of(&f->residual, T), h = rows_of(&f->h, T);
+    struct tern_dtensor proj = rows_of(&f->proj, T);
+    if (ops->matmul_add_rmsnorm)
+        return ops->matmul_add_rmsnorm(be, x, w, &res, &proj, norm_w, eps, &h);
+    TERN_TRY(ops->matmul(be, x, w, &proj, 0));
+    if (!norm_w) return ops->add(be, &res, &proj, &res);
+    return ops->add_rmsnorm(be, &res, &proj, norm_w, eps, &h);
+}
+
 static enum tern_status attention_block(struct tern_model_core *m, struct tern_fwd *f,
                                         const struct tern_layer *ly, struct tern_kv_layer *kvl,
                                         int64_t T)
@@ -267,7 +290,8 @@ static enum tern_status attention_block(struct tern_model_core *m, struct tern_f
     int64_t qd = (int64_t)hp->num_attention_heads * hp->head_dim;
     int64_t kvd = (int64_t)hp->num_key_value_heads * hp->head_dim;
     struct tern_dtensor h = rows_of(&f->h, T), qkv = rows_of(&f->qkv, T);
-    struct tern_dtensor attn = rows_of(&f->attn, T), proj = rows_of(&f->proj, T);
+    struct tern_dtensor attn = rows_of(&f->attn, T);
+    const struct tern_dtensor *post = &ly->post_attention_layernorm;
     bool fused = ly->qkv_proj.weight.buf != NULL;
     if (fused) {
         TERN_TRY(ops->matmul(be, &h, &ly->qkv_proj, &qkv, 0));
@@ -281,7 +305,7 @@ static enum tern_status attention_block(struct tern_model_core *m, struct tern_f
         TERN_TRY(ops->qk_rope_store(be, &qkv, qn ? &ly->q_norm : NULL, qn ? &ly->k_norm : NULL,
                                     hp->rms_norm_eps, &m->rope, &m->attn, &f->batch, kvl));
         TERN_TRY(ops->attention(be, &qkv, kvl, &f->batch, &m->attn, &attn));
-        return ops->matmul(be, &attn, &ly->o_proj, &proj, 0);
+        return proj_add_norm(m, f, &attn, &ly->o_proj, post, T);
     }
     if (m->arch->qk_norm) {
         TERN_TRY(ops->head_rmsnorm(be, &qkv, 0, hp->num_attention_heads, hp->head_dim, &ly->q_norm,
@@ -298,16 +322,19 @@ static enum tern_status attention_block(struct tern_model_core *m, struct tern_f
     }
     TERN_TRY(ops->kv_store(be, &qkv, qd, qd + kvd, &f->batch, kvl));
     TERN_TRY(ops->attention(be, &qkv, kvl, &f->batch, &m->attn, &attn));
-    return ops->matmul(be, &attn, &ly->o_proj, &proj, 0);
+    return proj_add_norm(m, f, &attn, &ly->o_proj, post, T);
 }
 
+/* The MLP, its down projection added into the residual and normalised with
+ * next_norm (the next layer's input norm; NULL after the last layer). */
 static enum tern_status mlp_block(struct tern_model_core *m, struct tern_fwd *f,
-                                  const struct tern_layer *ly, int64_t T)
+                                  const struct tern_layer *ly, const struct tern_dtensor *next_norm,
+                                  int64_t T)
 {
     const struct tern_backend_ops *ops = m->be->ops;
     struct tern_backend *be = m->be;
     struct tern_dtensor h = rows_of(&f->h, T), gu = rows_of(&f->gate_up, T);
-    struct tern_dtensor act = rows_of(&f->act, T), proj = rows_of(&f->proj, T);
+    struct tern_dtensor act = rows_of(&f->act, T);
     if (ly->gate_up_proj.weight.buf && ops->matmul_glu) { /* silu_mul in the GEMV epilogue */
         TERN_TRY(ops->matmul_glu(be, &h, &ly->gate_up_proj, &gu, &act));
     } else if (ly->gate_up_proj.weight.buf) {
@@ -318,7 +345,7 @@ static enum tern_status mlp_block(struct tern_model_core *m, struct tern_fwd *f,
         TERN_TRY(ops->matmul(be, &h, &ly->up_proj, &gu, m->hp.intermediate_size));
         TERN_TRY(ops->silu_mul(be, &gu, &act));
     }
-    return ops->matmul(be, &act, &ly->down_proj, &proj, 0);
+    return proj_add_norm(m, f, &act, &ly->down_proj, next_norm, T);
 }
 
 /* The layers and the logits over the uploaded batch (f->batch): only ops,
@@ -331,17 +358,17 @@ static enum tern_status compute(struct tern_model_core *m, struct tern_fwd *f,
     const struct tern_hparams *hp = &m->hp;
     float eps = hp->rms_norm_eps;
     struct tern_dtensor res = rows_of(&f->residual, T), h = rows_of(&f->h, T);
-    struct tern_dtensor proj = rows_of(&f->proj, T);
+    int n_layers = hp->num_hidden_layers;
     TERN_TRY(ops->get_rows(be, &m->w.embed_tokens, &f->batch.token_ids, &res));
-    for (int l = 0; l < hp->num_hidden_layers; l++) {
+    if (n_layers > 0) TERN_TRY(ops->rmsnorm(be, &res, &m->w.layers[0].input_layernorm, eps, &h));
+    /* Each layer leaves the next one's normalised input in h (and the last
+     * layer only its residual add: the final norm is over the logits rows). */
+    for (int l = 0; l < n_layers; l++) {
         const struct tern_layer *ly = &m->w.layers[l];
-        if (l == 0) TERN_TRY(ops->rmsnorm(be, &res, &ly->input_layernorm, eps, &h));
-        else TERN_TRY(ops->add_rmsnorm(be, &res, &proj, &ly->input_layernorm, eps, &h));
         TERN_TRY(attention_block(m, f, ly, &kv->layers[l], T));
-        TERN_TRY(ops->add_rmsnorm(be, &res, &proj, &ly->post_attention_layernorm, eps, &h));
-        TERN_TRY(mlp_block(m, f, ly, T));
+        TERN_TRY(mlp_block(m, f, ly, l + 1 < n_layers ? &m->w.layers[l + 1].input_layernorm : NULL,
+                           T));
     }
-    TERN_TRY(ops->add(be, &res, &proj, &res));
     if (n_logits == 0) return TERN_OK;
     struct tern_linear hidden = {0};
     hidden.weight = res;

@@ -461,6 +461,7 @@ static void cu_destroy(struct tern_backend *be)
     if (c->lt) cublasLtDestroy(c->lt);
     cudaFree(c->lt_ws);
     cudaFree(c->attn_ws);
+    cudaFree(c->epi_count);
     if (c->copy_stream) cudaStreamDestroy(c->copy_stream);
     if (c->stream) cudaStreamDestroy(c->stream);
     tern_free(c);
@@ -488,6 +489,7 @@ static const struct tern_backend_ops cuda_ops = {
     .qk_rope_store = tern_cuda_qk_rope_store,
     .silu_mul = cu_silu_mul,
     .matmul_glu = tern_cuda_matmul_glu,
+    .matmul_add_rmsnorm = tern_cuda_matmul_add_rmsnorm,
     .add = cu_add,
     .argmax = cu_argmax,
     .sample = cu_sample,
@@ -512,6 +514,9 @@ static enum tern_status cu_init(struct tern_cuda *c, int device)
     TERN_LT(cublasLtCreate(&c->lt));
     TERN_TRY(dev_malloc(&c->lt_ws, TERN_CUDA_LT_WS_BYTES, "the cuBLASLt workspace"));
     TERN_TRY(dev_malloc((void **)&c->attn_ws, TERN_CUDA_ATTN_WS_BYTES, "the attention workspace"));
+    TERN_CU(cudaMemset(c->attn_ws, 0, TERN_CUDA_ATTN_WS_BYTES)); /* the decode split counters */
+    TERN_TRY(dev_malloc((void **)&c->epi_count, sizeof(unsigned int), "the epilogue counter"));
+    TERN_CU(cudaMemset(c->epi_count, 0, sizeof(unsigned int)));
     for (int i = 0; i < TERN_CUDA_STAGES; i++) {
         TERN_CU(cudaHostAlloc(&c->stage[i], TERN_CUDA_STAGE_BYTES, cudaHostAllocDefault));
         TERN_CU(cudaEventCreateWithFlags(&c->stage_ev[i], cudaEventDisableTiming));

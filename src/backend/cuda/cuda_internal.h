@@ -8,6 +8,7 @@
  * struct tern_cuda: no global state. Device memory taken at creation:
  *   lt_ws    cuBLASLt workspace             TERN_CUDA_LT_WS_BYTES
  *   attn_ws  split-KV decode partials       TERN_CUDA_ATTN_WS_BYTES
+ *   epi_count  the GEMV epilogue's block counter (one unsigned, kept at 0)
  * plus pinned host staging for weight uploads (TERN_CUDA_STAGES chunks) and
  * a ring of small pinned slots for per-step uploads (TERN_CUDA_UP_SLOTS).
  * Ops allocate nothing, never synchronise and copy no host data, so a decode
@@ -84,6 +85,8 @@ struct tern_cuda {
      * decode GEMV (0 = chosen per shape, 1-5 forced) and the dequantize
      * that feeds cuBLASLt (1 or 2). */
     int qgemv_version, qdequant_version;
+    /* The tk_epi counter (cuda_epi.h): 0 between GEMV launches. */
+    unsigned int *epi_count;
 };
 
 /* The device last made current on this thread by tern_cuda_of (-1: none). */
@@ -135,9 +138,10 @@ enum tern_status tern_cuda_attention(struct tern_backend *be, const struct tern_
 enum tern_status tern_cuda_kv_store(struct tern_backend *be, const struct tern_dtensor *qkv,
                                     int64_t k_col, int64_t v_col,
                                     const struct tern_batch_dev *batch, struct tern_kv_layer *kv);
-/* Whether a fused op ("qkr": qk_rope_store, "glu": matmul_glu) uses its
- * fused kernel, for comparisons: TERN_CUDA_FUSE_OPS unset = all, "0" =
- * none (the ops issue the unfused sequence), else only those it names. */
+/* Whether a fused op ("qkr": qk_rope_store, "glu": matmul_glu, "arn":
+ * matmul_add_rmsnorm) uses its fused kernel, for comparisons:
+ * TERN_CUDA_FUSE_OPS unset = all, "0" = none (the ops issue the unfused
+ * sequence), else only those it names. */
 static inline bool tern_cuda_fuse_ops(const char *which)
 {
     const char *e = getenv("TERN_CUDA_FUSE_OPS");
@@ -153,5 +157,12 @@ enum tern_status tern_cuda_qk_rope_store(struct tern_backend *be, struct tern_dt
 enum tern_status tern_cuda_matmul_glu(struct tern_backend *be, const struct tern_dtensor *x,
                                       const struct tern_linear *w, struct tern_dtensor *gate_up,
                                       struct tern_dtensor *act);
+enum tern_status tern_cuda_matmul_add_rmsnorm(struct tern_backend *be,
+                                              const struct tern_dtensor *x,
+                                              const struct tern_linear *w,
+                                              struct tern_dtensor *residual,
+                                              struct tern_dtensor *proj,
+                                              const struct tern_dtensor *norm_w, float eps,
+                                              struct tern_dtensor *h);
 
 #endif /* TERN_BACKEND_CUDA_INTERNAL_H */

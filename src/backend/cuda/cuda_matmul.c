@@ -24,6 +24,7 @@
  * The bias rides in the epilogue when its dtype matches y's.
  * Depends on cuda_internal.h.
  */
+#include "backend/cuda/cuda_epi.h"
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_quant.h"
 
@@ -306,6 +307,68 @@ enum tern_status tern_cuda_matmul_glu(struct tern_backend *be, const struct tern
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return tern_cuda_fail("tk_gemv_glu", (int)e, __FILE__, __LINE__);
+    }
+    return TERN_OK;
+}
+
+/* Whether matmul_add_rmsnorm can take the GEMV epilogue (tk_epi): a dense
+ * BF16 GEMV-sized product (default mode), an F32 residual, BF16 proj and
+ * h, all whole contiguous [T, out] rows. */
+static bool arn_fusable(struct tern_backend *be, const struct tern_dtensor *x,
+                        const struct tern_linear *w, const struct tern_dtensor *res,
+                        const struct tern_dtensor *proj, const struct tern_dtensor *norm_w,
+                        const struct tern_dtensor *h)
+{
+    int64_t T = x->shape[0], out = w->out_features;
+    bool rows = (int64_t)tern_dtensor_numel(res) == T * out &&
+                (int64_t)tern_dtensor_numel(proj) == T * out &&
+                (!norm_w || ((int64_t)tern_dtensor_numel(h) == T * out &&
+                             (int64_t)tern_dtensor_numel(norm_w) == out &&
+                             h->dtype == TERN_DTYPE_BF16 &&
+                             (norm_w->dtype == TERN_DTYPE_F32 || norm_w->dtype == TERN_DTYPE_F16 ||
+                              norm_w->dtype == TERN_DTYPE_BF16)));
+    return tern_cuda_fuse_ops("arn") && !w->bits && !be->deterministic &&
+           T <= TERN_CUDA_GEMV_MAX_T && rows && res->dtype == TERN_DTYPE_F32 &&
+           proj->dtype == TERN_DTYPE_BF16 && x->dtype == TERN_DTYPE_BF16 &&
+           w->weight.dtype == TERN_DTYPE_BF16 &&
+           tk_gemv_fast(tern_cuda_ptr(x), (int)x->dtype, w->in_features,
+                        tern_cuda_ptr(&w->weight), (int)w->weight.dtype, w->in_features);
+}
+
+/* The GEMV with the residual + RMSNorm epilogue (tk_gemv_epi) where the
+ * plain path would take the fast GEMV; else matmul into proj, then
+ * add_rmsnorm (or add when norm_w is NULL). Both give the same bits, so
+ * the choice, which depends on T, does not make a row depend on the batch.
+ * Quantized weights take the unfused sequence until their GEMV adopts
+ * tk_epi (a branch here, like tern_cuda_matmul's). */
+enum tern_status tern_cuda_matmul_add_rmsnorm(struct tern_backend *be,
+                                              const struct tern_dtensor *x,
+                                              const struct tern_linear *w,
+                                              struct tern_dtensor *residual,
+                                              struct tern_dtensor *proj,
+                                              const struct tern_dtensor *norm_w, float eps,
+                                              struct tern_dtensor *h)
+{
+    struct tern_cuda *c = tern_cuda_of(be);
+    TERN_TRY(check_operands(x, w, proj, 0));
+    int64_t T = x->shape[0], in = w->in_features, out = w->out_features;
+    if (T == 0) return TERN_OK;
+    if (!arn_fusable(be, x, w, residual, proj, norm_w, h)) {
+        TERN_TRY(tern_cuda_matmul(be, x, w, proj, 0));
+        if (!norm_w) return be->ops->add(be, residual, proj, residual);
+        return be->ops->add_rmsnorm(be, residual, proj, norm_w, eps, h);
+    }
+    struct tk_epi e = {.res = tern_cuda_ptr(residual), .res_stride = out,
+                       .norm_w = norm_w ? tern_cuda_ptr(norm_w) : NULL,
+                       .wdt = norm_w ? (int)norm_w->dtype : 0, .eps = eps,
+                       .h = norm_w ? tern_cuda_ptr(h) : NULL, .h_stride = out, .dim = out,
+                       .count = c->epi_count};
+    const void *bias = w->bias.buf ? tern_cuda_ptr(&w->bias) : NULL;
+    cudaError_t err = tk_gemv_epi(c->stream, tern_cuda_ptr(x), in, tern_cuda_ptr(&w->weight), bias,
+                                  bias ? (int)w->bias.dtype : 0, &e, T, in, out);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return tern_cuda_fail("tk_gemv_epi", (int)err, __FILE__, __LINE__);
     }
     return TERN_OK;
 }

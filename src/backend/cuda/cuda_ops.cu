@@ -11,6 +11,10 @@
  */
 #include "backend/cuda/cuda_common.cuh"
 
+#include <cooperative_groups.h>
+
+namespace cg = cooperative_groups;
+
 /* ------------------------------------------------------------ get_rows */
 
 static __global__ void k_get_rows(const void *table, int tdt, int64_t n_table, int64_t width,
@@ -157,7 +161,7 @@ static __global__ void k_add_rmsnorm(TR *res, const T *x, T *out, int64_t dim, c
                 TR sum = tk_from<TR>(a[k] + b[k]);
                 rr[i] = sum;
                 a[k] = tk_f(sum);
-                ss += a[k] * a[k];
+                ss = __fmaf_rn(a[k], a[k], ss); /* spelled out: tk_epi's norm sums the same */
             }
         }
         ss = tk_block_sum(ss, red);
@@ -175,7 +179,7 @@ static __global__ void k_add_rmsnorm(TR *res, const T *x, T *out, int64_t dim, c
         TR s = tk_from<TR>(tk_f(rr[i]) + tk_f(xr[i]));
         rr[i] = s;
         float v = tk_f(s);
-        ss += v * v;
+        ss = __fmaf_rn(v, v, ss);
     }
     ss = tk_block_sum(ss, red);
     float inv = rsqrtf(ss / (float)dim + eps);
@@ -482,7 +486,19 @@ extern "C" cudaError_t tk_add(cudaStream_t st, const void *a, const void *b, int
     return e;
 }
 
-/* ------------------------------------------------------------ argmax */
+/* ------------------------------------------------------------ argmax
+ *
+ * One cluster of AM_CLUSTER blocks per row (thread block clusters, sm_90):
+ * block r of the cluster scans every AM_CLUSTER-th stretch of the row with
+ * 16-byte loads, reduces to one (value, index) in shared memory, and block 0
+ * reduces the cluster's through distributed shared memory. (value, index)
+ * pairs are totally ordered (larger value, then smaller index; NaN never
+ * wins), so the result is the first index of the maximum whatever the
+ * reduction order; an all-NaN row gives 0. No workspace: graph-safe. */
+
+#define AM_CLUSTER 8
+#define AM_THREADS 1024
+#define AM_VEC 4 /* float4 loads in flight per thread */
 
 static __device__ __forceinline__ void better(float &bv, int64_t &bi, float v, int64_t i)
 {
@@ -492,16 +508,49 @@ static __device__ __forceinline__ void better(float &bv, int64_t &bi, float v, i
     }
 }
 
-static __global__ void k_argmax(const float *logits, int64_t vocab, int32_t *out)
+/* This thread's best of the row's elements it scans (the cluster's threads
+ * take float4 c = t, t + nt, ... when the row is 16-byte aligned). */
+static __device__ __forceinline__ void argmax_scan(const float *row, int64_t vocab, bool vec,
+                                                   int64_t t, int64_t nt, float &bv, int64_t &bi)
 {
-    tk_pdl_wait();
-    tk_pdl_launch();
+    if (!vec) {
+        for (int64_t i = t; i < vocab; i += nt) better(bv, bi, row[i], i);
+        return;
+    }
+    const float4 *r4 = (const float4 *)row;
+    int64_t n4 = vocab / 4;
+    for (int64_t c = t; c < n4; c += AM_VEC * nt) {
+        float4 v[AM_VEC];
+#pragma unroll
+        for (int k = 0; k < AM_VEC; k++)
+            if (c + k * nt < n4) v[k] = r4[c + k * nt];
+#pragma unroll
+        for (int k = 0; k < AM_VEC; k++)
+            if (c + k * nt < n4) {
+                int64_t i = (c + k * nt) * 4;
+                better(bv, bi, v[k].x, i);
+                better(bv, bi, v[k].y, i + 1);
+                better(bv, bi, v[k].z, i + 2);
+                better(bv, bi, v[k].w, i + 3);
+            }
+    }
+}
+
+static __global__ void __cluster_dims__(AM_CLUSTER, 1, 1) __launch_bounds__(AM_THREADS)
+    k_argmax(const float *logits, int64_t vocab, int32_t *out)
+{
     __shared__ float sv[32];
     __shared__ int64_t si[32];
-    const float *row = logits + (int64_t)blockIdx.x * vocab;
+    tk_pdl_wait();
+    tk_pdl_launch();
+    cg::cluster_group cl = cg::this_cluster();
+    int rank = (int)cl.block_rank();
+    const float *row = logits + (int64_t)blockIdx.y * vocab;
     float bv = -INFINITY;
     int64_t bi = vocab; /* "none yet": loses every tie */
-    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) better(bv, bi, row[i], i);
+    bool vec = vocab % 4 == 0 && (uintptr_t)logits % 16 == 0;
+    argmax_scan(row, vocab, vec, (int64_t)rank * blockDim.x + threadIdx.x,
+                (int64_t)AM_CLUSTER * blockDim.x, bv, bi);
     for (int o = 16; o > 0; o >>= 1) {
         float v = __shfl_xor_sync(0xffffffffu, bv, o);
         int64_t j = __shfl_xor_sync(0xffffffffu, bi, o);
@@ -515,16 +564,29 @@ static __global__ void k_argmax(const float *logits, int64_t vocab, int32_t *out
     __syncthreads();
     if (threadIdx.x == 0) {
         for (int w = 1; w < (int)(blockDim.x >> 5); w++) better(bv, bi, sv[w], si[w]);
-        out[blockIdx.x] = (int32_t)(bi < vocab ? bi : 0); /* all NaN: 0 */
+        sv[0] = bv;
+        si[0] = bi;
     }
+    cl.sync(); /* every block's (sv[0], si[0]) is written */
+    if (rank == 0 && threadIdx.x == 0) {
+        bv = -INFINITY;
+        bi = vocab;
+        for (int r = 0; r < AM_CLUSTER; r++)
+            better(bv, bi, *cl.map_shared_rank(&sv[0], r), *cl.map_shared_rank(&si[0], r));
+        out[blockIdx.y] = (int32_t)(bi < vocab ? bi : 0); /* all NaN: 0 */
+    }
+    cl.sync(); /* the other blocks' shared memory lives until block 0 has read it */
 }
 
 extern "C" cudaError_t tk_argmax(cudaStream_t st, const float *logits, int64_t n_rows,
                                  int64_t vocab, int32_t *out)
 {
     cudaError_t e = cudaSuccess;
-    if (n_rows <= 0) return cudaSuccess;
-    e = tk_launch(k_argmax, (unsigned)n_rows, 1024, 0, st, logits, vocab, out);
+    for (int64_t r = 0; r < n_rows && e == cudaSuccess; r += 65535) { /* grid.y <= 65535 */
+        int64_t n = n_rows - r < 65535 ? n_rows - r : 65535;
+        e = tk_launch(k_argmax, dim3(AM_CLUSTER, (unsigned)n), AM_THREADS, 0, st,
+                      logits + r * vocab, vocab, out + r);
+    }
     return e;
 }
 
