@@ -396,8 +396,8 @@ static int64_t world_width(const struct attn_world *w) { return (int64_t)(w->H +
 struct built {
     struct tern_batch h;
     struct tern_batch_dev d;
-    int32_t tok[4096], pos[4096], qs[MAX_SEQS + 1], lens[MAX_SEQS], slots[4096];
-    int32_t bt[MAX_SEQS * 64];
+    int32_t tok[16384], pos[16384], qs[MAX_SEQS + 1], lens[MAX_SEQS], slots[16384];
+    int32_t bt[MAX_SEQS * 512];
 };
 
 static float *build(struct tern_backend *be, const struct attn_world *w, const int *sel, int n_sel,
@@ -463,6 +463,18 @@ static void world_fill(struct tern_backend *be, struct attn_world *w, struct ter
     tern_free(b);
 }
 
+static struct tern_attn_params world_params(const struct attn_world *w)
+{
+    struct tern_attn_params p = {.n_heads = w->H, .n_kv_heads = w->KVH, .head_dim = w->D,
+                                 .scale = 1.0f / sqrtf((float)w->D),
+                                 .sliding_window = w->window, .softcap = w->softcap};
+    return p;
+}
+
+/* > 0: the max_seq_len world_attend passes (an upper bound, as the forward's
+ * decode buckets), else the longest sequence. */
+static int attend_max_seq_len;
+
 /* Attention of the selected sequences' query tokens; returns [T, H*D] floats. */
 static float *world_attend(struct tern_backend *be, const struct attn_world *w,
                            const struct tern_kv_layer *kv, const int *sel, int n_sel, int *n_tok)
@@ -472,9 +484,8 @@ static float *world_attend(struct tern_backend *be, const struct attn_world *w,
     int64_t T = b->h.n_tokens, s[2] = {T, world_width(w)}, os[2] = {T, (int64_t)w->H * w->D};
     struct tern_dtensor q = mk(be, be->act_dtype, 2, s, rows);
     struct tern_dtensor o = mk_out(be, be->act_dtype, 2, os);
-    struct tern_attn_params p = {.n_heads = w->H, .n_kv_heads = w->KVH, .head_dim = w->D,
-                                 .scale = 1.0f / sqrtf((float)w->D),
-                                 .sliding_window = w->window, .softcap = w->softcap};
+    struct tern_attn_params p = world_params(w);
+    if (attend_max_seq_len > b->d.max_seq_len) b->d.max_seq_len = attend_max_seq_len;
     ok(be->ops->attention(be, &q, kv, &b->d, &p, &o));
     float *out = get(be, &o);
     *n_tok = (int)T;
@@ -559,6 +570,183 @@ static void test_attention(void **state)
         expect_close(name, og, oc, (size_t)tc * (size_t)(w.H * w.D), 2e-2);
         world_free(&w);
     }
+}
+
+/* Decode sequences whose lengths cross the split rule's thresholds (one
+ * split, 32-position splits, the default mode's cap, the deterministic
+ * mode's 16 splits and 256-position cap), on both modes against the CPU,
+ * also launched for a larger bucket (as the forward does); deterministic
+ * mode bitwise alone vs in the batch. */
+static void decode_world(int H, int KVH, int D, int n, const int *ctx)
+{
+    int ql[MAX_SEQS] = {1, 1, 1, 1, 1, 1, 1, 1}, sel[MAX_SEQS], tc, tg, td, t1;
+    struct attn_world w;
+    world_init(&w, H, KVH, D, 0, 0, n, ctx, ql);
+    struct tern_kv_layer kc = kv_new(cpu, &w), kg = kv_new(gpu, &w), kd = kv_new(gpu_det, &w);
+    world_fill(cpu, &w, &kc);
+    world_fill(gpu, &w, &kg);
+    world_fill(gpu_det, &w, &kd);
+    for (int i = 0; i < n; i++) sel[i] = i;
+    int64_t hw = (int64_t)H * D;
+    float *oc = world_attend(cpu, &w, &kc, sel, n, &tc);
+    for (int bucket = 0; bucket < 2; bucket++) {
+        attend_max_seq_len = bucket ? 16384 : 0;
+        float *og = world_attend(gpu, &w, &kg, sel, n, &tg);
+        float *od = world_attend(gpu_det, &w, &kd, sel, n, &td);
+        char name[96];
+        snprintf(name, sizeof name, "decode H %d KVH %d D %d bucket %d", H, KVH, D, bucket);
+        expect_close(name, og, oc, (size_t)tc * (size_t)hw, 2e-2);
+        oc = world_attend(cpu, &w, &kc, sel, n, &tc);
+        float *od2 = tern_malloc(sizeof(float) * (size_t)(td * hw));
+        memcpy(od2, od, sizeof(float) * (size_t)(td * hw));
+        expect_close(name, od2, oc, (size_t)tc * (size_t)hw, 2e-2);
+        oc = world_attend(cpu, &w, &kc, sel, n, &tc);
+        for (int i = 0; i < n; i++) {
+            int one[1] = {i};
+            float *o1 = world_attend(gpu_det, &w, &kd, one, 1, &t1);
+            if (memcmp(o1, od + i * hw, sizeof(float) * (size_t)hw) != 0)
+                fail_msg("deterministic decode: length %d differs alone vs in a batch", ctx[i] + 1);
+            tern_free(o1);
+        }
+        tern_free(od);
+    }
+    attend_max_seq_len = 0;
+    tern_free(oc);
+    world_free(&w);
+}
+
+static void test_decode_splits(void **state)
+{
+    NEED_GPU();
+    /* lengths (ctx + 1): 1, 2, 32, 33, 64, 65, 256, 257 */
+    int a[8] = {0, 1, 31, 32, 63, 64, 255, 256};
+    decode_world(32, 8, 128, 8, a);
+    /* 512, 513, 1000, 1024, 1025, 2049, 4096, 4097 */
+    int b[8] = {511, 512, 999, 1023, 1024, 2048, 4095, 4096};
+    decode_world(8, 2, 128, 8, b);
+    int c[3] = {8191, 5000, 100}; /* one longer than 16 x 256 */
+    decode_world(4, 1, 64, 3, c);
+    printf("  decode: lengths 1..8192 across the split thresholds match the CPU\n");
+}
+
+/* A decode attention captured in a graph once and replayed with other
+ * context lengths (positions, seq_lens and q rows refreshed in place, the
+ * launch shape fixed by a 1024 bucket), against the CPU each time. */
+static void decode_replay(struct tern_backend *be)
+{
+    int full[3] = {900, 300, 40}, q1[3] = {1, 1, 1}, sel[3] = {0, 1, 2};
+    int steps[3][3] = {{100, 33, 5}, {899, 257, 39}, {64, 299, 0}};
+    struct attn_world w;
+    world_init(&w, 32, 8, 128, 0, 0, 3, full, q1);
+    struct tern_kv_layer kc = kv_new(cpu, &w), kg = kv_new(be, &w);
+    world_fill(cpu, &w, &kc);
+    world_fill(be, &w, &kg);
+    struct tern_attn_params p = world_params(&w);
+    struct built *b0 = tern_calloc(1, sizeof *b0), *b = tern_calloc(1, sizeof *b);
+    int64_t width = world_width(&w), hw = (int64_t)w.H * w.D;
+    int64_t qsh[2] = {3, width}, osh[2] = {3, hw};
+    struct tern_dtensor q = dt_new(be, be->act_dtype, 2, qsh), o = dt_new(be, be->act_dtype, 2, osh);
+    struct tern_graph *g = NULL;
+    for (int k = 0; k < 3; k++) {
+        for (int s = 0; s < 3; s++) w.ctx[s] = steps[k][s];
+        float *rows = build(be, &w, sel, 3, false, k ? b : b0);
+        put(be, &q, rows);
+        tern_free(rows);
+        if (k == 0) {
+            b0->d.max_seq_len = 1024;
+            ok(be->ops->graph_begin(be));
+            enum tern_status st = be->ops->attention(be, &q, &kg, &b0->d, &p, &o);
+            ok(be->ops->graph_end(be, &g));
+            ok(st);
+        } else {
+            ok(be->ops->upload(be, &b0->d.positions, b->pos, 3 * 4));
+            ok(be->ops->upload(be, &b0->d.seq_lens, b->lens, 3 * 4));
+        }
+        ok(be->ops->graph_launch(be, g));
+        int tc;
+        float *oc = world_attend(cpu, &w, &kc, sel, 3, &tc);
+        char name[64];
+        snprintf(name, sizeof name, "decode graph replay %d (%s)", k,
+                 be->deterministic ? "deterministic" : "default");
+        expect_close(name, get(be, &o), oc, (size_t)(3 * hw), 2e-2);
+    }
+    be->ops->graph_free(be, g);
+    tern_free(b0), tern_free(b);
+    for (int s = 0; s < 3; s++) w.ctx[s] = full[s];
+    world_free(&w);
+}
+
+static void test_decode_replay(void **state)
+{
+    NEED_GPU();
+    decode_replay(gpu);
+    decode_replay(gpu_det);
+    printf("  decode: one graph replayed at three context lengths matches the CPU\n");
+}
+
+/* ------------------------------------------------------------ argmax */
+
+/* The kernel's contract: first index of the maximum, NaN never wins, an
+ * all-NaN row gives 0. (The CPU op agrees wherever element 0 is not NaN.) */
+static int32_t argmax_ref(const float *r, int64_t V)
+{
+    int64_t best = -1;
+    for (int64_t i = 0; i < V; i++)
+        if (!isnan(r[i]) && (best < 0 || r[i] > r[best])) best = i;
+    return (int32_t)(best < 0 ? 0 : best);
+}
+
+static void argmax_case(int64_t V)
+{
+    enum { N = 8 };
+    int64_t ls[2] = {N, V}, is[1] = {N};
+    float *lg = rand_vec((size_t)(N * V), 10.0f);
+    float *r = lg;
+    /* row 0: random. row 1: ties in different blocks' stretches, the later
+     * index in the lower block (float4 c goes to block (c / 1024) % 8). */
+    r = lg + 1 * V;
+    r[4 * (2 * 8192 + 100) % V] = 50.0f;
+    r[(4 * (3 * 1024 + 7) + 1) % V] = 50.0f;
+    r[(4 * (7 * 1024 + 5) + 3) % V] = 50.0f;
+    /* row 2: NaNs everywhere but not first, a max after them */
+    r = lg + 2 * V;
+    for (int64_t i = 1; i < V; i += 97) r[i] = NAN;
+    r[V - 2] = 60.0f;
+    /* row 3: all NaN -> 0; row 4: all -inf -> 0; row 5: all equal -> 0 */
+    for (int64_t i = 0; i < V; i++) lg[3 * V + i] = NAN, lg[4 * V + i] = -INFINITY, lg[5 * V + i] = 1.0f;
+    lg[4 * V + V / 2] = NAN;
+    /* row 6: the max at the last element; row 7: NaN first, max at 5 */
+    lg[6 * V + V - 1] = 70.0f;
+    lg[7 * V] = NAN;
+    lg[7 * V + 5] = 70.0f;
+    struct tern_dtensor lc = mk(cpu, TERN_DTYPE_F32, 2, ls, lg), lgd = mk(gpu, TERN_DTYPE_F32, 2, ls, lg);
+    struct tern_dtensor mc = dt_new(cpu, TERN_DTYPE_I32, 1, is), mg = dt_new(gpu, TERN_DTYPE_I32, 1, is);
+    ok(cpu->ops->argmax(cpu, &lc, &mc));
+    ok(gpu->ops->argmax(gpu, &lgd, &mg));
+    int32_t rc[N], rg[N];
+    ok(cpu->ops->download(cpu, rc, &mc, sizeof rc));
+    ok(gpu->ops->download(gpu, rg, &mg, sizeof rg));
+    for (int i = 0; i < N; i++) {
+        int32_t want = argmax_ref(lg + i * V, V);
+        if (rg[i] != want) fail_msg("argmax V %lld row %d: %d, want %d", (long long)V, i, rg[i], want);
+        if (!isnan(lg[i * V]) && rc[i] != want)
+            fail_msg("argmax V %lld row %d: CPU %d, want %d", (long long)V, i, rc[i], want);
+    }
+    assert_int_equal(rg[1], argmax_ref(lg + V, V));
+    assert_int_equal(rg[3], 0);
+    assert_int_equal(rg[5], 0);
+    assert_int_equal(rg[7], 5);
+    tern_free(lg);
+    free_all();
+}
+
+static void test_argmax(void **state)
+{
+    NEED_GPU();
+    argmax_case(128256); /* float4 loads over the whole cluster */
+    argmax_case(50021);  /* an odd vocab: scalar loads */
+    argmax_case(4096);   /* fewer float4s than threads */
+    printf("  argmax: ties across blocks, NaN, -inf rows match the reference\n");
 }
 
 /* ------------------------------------------------------------ batch invariance */
@@ -796,7 +984,8 @@ int main(void)
         cmocka_unit_test(test_head_rmsnorm_rope), cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_matmul),           cmocka_unit_test(test_attention),
         cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_qk_rope_store),
-        cmocka_unit_test(test_matmul_glu),
+        cmocka_unit_test(test_matmul_glu),       cmocka_unit_test(test_decode_splits),
+        cmocka_unit_test(test_decode_replay),    cmocka_unit_test(test_argmax),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -12,16 +12,32 @@
  * 16 query heads per KV head, rows that are not 16-byte multiples) go, every
  * sequence of them, to the generic kernel (cuda_attn_generic.cu).
  *
- * Decode splits: in deterministic mode every split covers
- * TERN_CUDA_DET_SPLIT KV positions, so a sequence's reduction order depends
- * only on its own length. In the default mode the split length is chosen
- * per call to give about two blocks per multiprocessor (eight was measured
- * slower: 39.7 vs 30.6 us for one 8k sequence). Results may then differ in
- * the last bits between batches; they are still run-to-run reproducible for
- * the same batch. Partials go to the context's attention
- * workspace. Depends on cuda_internal.h.
+ * Decode splits (the rule is tk_attn_decode's: the kernel sizes each
+ * sequence's splits from its own length, at least DECODE_MIN_SPLIT
+ * positions each, so a captured graph spreads a growing context over its
+ * blocks). In deterministic mode the rule's parameters are constants (at
+ * most DECODE_DET_SPLITS splits unless that makes them longer than
+ * TERN_CUDA_DET_SPLIT), so a sequence's reduction order depends only on its
+ * own length. In the default mode a sequence takes up to about two blocks
+ * per multiprocessor over the batch (eight was measured slower: 39.7 vs
+ * 30.6 us for one 8k sequence). Results may then differ in the last bits
+ * between batches; they are still run-to-run reproducible for the same
+ * batch. Partials and the kernel's split counters go to the context's
+ * attention workspace. Depends on cuda_internal.h.
  */
 #include "backend/cuda/cuda_internal.h"
+
+#include <limits.h>
+
+/* Fewest KV positions per decode split: a block's 4 warps take 16 each, in
+ * two steps of 8 (32 was measured slower from 600 to 4096 positions: more
+ * splits to merge for no shorter pass). */
+#define DECODE_MIN_SPLIT 64
+/* Deterministic mode: splits per sequence before splits grow past
+ * TERN_CUDA_DET_SPLIT positions. */
+#define DECODE_DET_SPLITS 16
+/* tk_attn_decode's counters: n_seqs * n_kv_heads at most. */
+#define DECODE_MAX_COUNTERS 65536
 
 enum tern_status tern_cuda_kv_store(struct tern_backend *be, const struct tern_dtensor *qkv,
                                     int64_t k_col, int64_t v_col,
@@ -144,36 +160,41 @@ static bool attn_fast(const struct tern_dtensor *qkv, const struct tern_attn_par
     return (hd == 64 || hd == 128 || hd == 256) && group <= (hd > 128 ? 8 : 16);
 }
 
-/* Picks the decode split length and count; fails only in deterministic mode. */
+/* The decode split rule (tk_attn_decode) and the blocks launched per
+ * sequence, enough for the longest sequence max_seq_len allows. Fails only
+ * in deterministic mode. */
+struct decode_plan {
+    int min_len, max_len, n_target, n_splits;
+};
+
 static enum tern_status decode_splits(struct tern_cuda *c, const struct tk_attn_args *a,
-                                      int n_decode, int *split_len, int *n_splits)
+                                      int n_decode, struct decode_plan *dp)
 {
     int64_t L = a->max_seq_len > 0 ? a->max_seq_len : 1;
-    int64_t len;
+    int64_t by_min = (L + DECODE_MIN_SPLIT - 1) / DECODE_MIN_SPLIT;
+    if ((int64_t)a->n_seqs * a->n_kv_heads > DECODE_MAX_COUNTERS)
+        return tern_error(TERN_E_CAPACITY,
+                          "cuda attention: %d sequences x %d kv heads exceed the %d decode "
+                          "counters", a->n_seqs, a->n_kv_heads, DECODE_MAX_COUNTERS);
     if (c->base.deterministic) {
-        len = TERN_CUDA_DET_SPLIT;
-    } else {
-        int64_t per = (int64_t)n_decode * a->n_kv_heads;
-        int64_t want = (2 * (int64_t)c->n_sm + per - 1) / per;
-        len = (L + want - 1) / want;
-        len = (len + 63) / 64 * 64;
-        if (len < 64) len = 64;
+        int64_t by_max = (L + TERN_CUDA_DET_SPLIT - 1) / TERN_CUDA_DET_SPLIT;
+        int64_t n = by_min < DECODE_DET_SPLITS ? by_min : DECODE_DET_SPLITS;
+        n = n > by_max ? n : by_max;
+        *dp = (struct decode_plan){DECODE_MIN_SPLIT, TERN_CUDA_DET_SPLIT, DECODE_DET_SPLITS, (int)n};
+        if (tk_attn_decode_ws_bytes(a, (int)n) <= TERN_CUDA_ATTN_WS_BYTES) return TERN_OK;
+        return tern_error(TERN_E_CAPACITY,
+                          "cuda attention: %d sequences of up to %lld tokens need %zu bytes of "
+                          "decode workspace; the context has %zu",
+                          a->n_seqs, (long long)L, tk_attn_decode_ws_bytes(a, (int)n),
+                          TERN_CUDA_ATTN_WS_BYTES);
     }
-    for (;;) {
-        int64_t n = (L + len - 1) / len;
-        if (tk_attn_decode_ws_bytes(a, (int)n) <= TERN_CUDA_ATTN_WS_BYTES) {
-            *split_len = (int)len;
-            *n_splits = (int)n;
-            return TERN_OK;
-        }
-        if (c->base.deterministic)
-            return tern_error(TERN_E_CAPACITY,
-                              "cuda attention: %d sequences of up to %lld tokens need %zu bytes of "
-                              "decode workspace; the context has %zu",
-                              a->n_seqs, (long long)L, tk_attn_decode_ws_bytes(a, (int)n),
-                              TERN_CUDA_ATTN_WS_BYTES);
-        len *= 2;
-    }
+    int64_t per = (int64_t)n_decode * a->n_kv_heads;
+    int64_t n = (2 * (int64_t)c->n_sm + per - 1) / per;
+    n = n < by_min ? n : by_min;
+    if (n < 1) n = 1;
+    while (n > 1 && tk_attn_decode_ws_bytes(a, (int)n) > TERN_CUDA_ATTN_WS_BYTES) n = (n + 1) / 2;
+    *dp = (struct decode_plan){DECODE_MIN_SPLIT, INT_MAX, (int)n, (int)n};
+    return TERN_OK;
 }
 
 enum tern_status tern_cuda_attention(struct tern_backend *be, const struct tern_dtensor *qkv,
@@ -226,9 +247,10 @@ enum tern_status tern_cuda_attention(struct tern_backend *be, const struct tern_
         if (e != cudaSuccess) return tern_cuda_fail("tk_attn_prefill", (int)e, __FILE__, __LINE__);
     }
     if (n_decode > 0 && fast_d) {
-        int split_len = 0, n_splits = 0;
-        TERN_TRY(decode_splits(c, &a, n_decode, &split_len, &n_splits));
-        cudaError_t e = tk_attn_decode(c->stream, &a, split_len, n_splits, c->attn_ws);
+        struct decode_plan dp = {0, 0, 0, 0};
+        TERN_TRY(decode_splits(c, &a, n_decode, &dp));
+        cudaError_t e = tk_attn_decode(c->stream, &a, dp.min_len, dp.max_len, dp.n_target,
+                                       dp.n_splits, c->attn_ws);
         if (e != cudaSuccess) return tern_cuda_fail("tk_attn_decode", (int)e, __FILE__, __LINE__);
     }
     return TERN_OK;

@@ -1,117 +1,156 @@
 /*
  * cuda_attn_decode.cu — attention for sequences with one query token
- * (flash-decoding) over the paged KV cache.
+ * (flash-decoding) over the paged KV cache, in one launch.
  *
- * Pass 1, k_attn_decode: one block per (split, kv head, sequence). The block
- * takes the G = n_heads / n_kv_heads query heads that share the kv head (so
- * each K/V row is read once for all of them) and the KV positions
- * [split * split_len, (split + 1) * split_len) of its sequence, clipped to
- * the causal range and the sliding window. Its 4 warps take 4 tokens each in
- * turn; lane l holds dims [l * D/32, (l + 1) * D/32) of q, k, v, so a K or V
- * row is one coalesced warp load. Scores live in log2 units (scale * log2 e
- * folded into q) for exp2f. The warps' online-softmax states are merged in
- * shared memory and the block writes (m, l, unnormalised acc) per head.
+ * k_attn_decode: one block per (split, kv head, sequence). The block takes
+ * the G = n_heads / n_kv_heads query heads that share the kv head (so each
+ * K/V row is read once for all of them) and the KV positions
+ * [split * len, (split + 1) * len) of its sequence, clipped to the causal
+ * range and the sliding window. Its 4 warps take U tokens each in turn
+ * (the next U rows are loaded while the current ones are computed; the
+ * first U are loaded for the query position L - 1 while the position is
+ * still on its way, and reloaded in the rare case it is another); lane l
+ * holds dims [l * D/32, (l + 1) * D/32) of q, k, v, so a K or V row is one
+ * coalesced warp load. Scores live in log2 units (scale * log2 e folded
+ * into q) for exp2f. The warps' online-softmax states are merged in shared
+ * memory in warp order.
  *
- * Pass 2, k_attn_combine: per (head, sequence) merges the splits in index
- * order (fixed order: the result depends only on the sequence and on
- * split_len, which the glue keeps independent of the batch in deterministic
- * mode) and writes the BF16 output row.
+ * Split length (split_len_of): a sequence of L positions takes
+ * n = max(min(n_target, cdiv(L, min_len)), cdiv(L, max_len)) splits of
+ * len = cdiv(L, n) positions, computed on the device from the sequence's
+ * own length, so a captured graph spreads a growing context over its
+ * blocks. The glue picks (min_len, max_len, n_target) and launches at least
+ * the n of the longest possible sequence; blocks past a sequence's n exit.
  *
- * Workspace layout (floats): m, l: [S, H, n_splits]; acc: [S, H, n_splits, D].
+ * A sequence with one split writes its BF16 output row directly. Otherwise
+ * each block writes (m, l, unnormalised acc) per head to the workspace, and
+ * the last block of its (kv head, sequence) to finish (an atomic counter;
+ * the last block resets it to 0, so the next launch and graph replays start
+ * from zero) merges the splits in split-index order: the result depends
+ * only on the sequence and its split length, never on which block came last.
+ *
+ * Workspace (tk_attn_decode_ws_bytes): DEC_CNT uint32 counters (zero at the
+ * context's creation, [S, n_kv_heads] used), then floats m, l:
+ * [S, H, n_splits] and acc: [S, H, n_splits, D] (16-byte aligned).
  * Depends on cuda_common.cuh.
  */
 #include "backend/cuda/cuda_common.cuh"
 
+#include <limits.h>
+
 #define DEC_WARPS 4
-#define DEC_UNROLL 4
+#define DEC_CNT 65536 /* counters at the workspace start: n_seqs * n_kv_heads at most */
 #define LOG2E 1.4426950408889634f
 
-/* Loads EPL consecutive bf16 as floats (EPL = 2, 4, 8). */
-template <int EPL> static __device__ __forceinline__ void ld_row(const bf16 *p, float *f)
+/* The split rule of one launch (see the header comment). */
+struct dec_rule {
+    int min_len, max_len, n_target;
+};
+
+/* Positions per split of a sequence of L positions, with n_splits blocks
+ * launched per sequence (never more splits than that). */
+static __device__ __forceinline__ int split_len_of(int L, struct dec_rule r, int n_splits)
+{
+    int n = min(r.n_target, (int)tk_cdiv(L, r.min_len));
+    n = max(n, (int)tk_cdiv(L, r.max_len));
+    n = max(1, min(n, n_splits));
+    return max(1, (int)tk_cdiv(L, n));
+}
+
+/* Workspace views for a launch. */
+struct dec_ws {
+    unsigned *cnt;
+    float *m, *l, *acc;
+};
+
+static __host__ __device__ __forceinline__ int64_t dec_acc_off(int64_t shn)
+{
+    return DEC_CNT + (2 * shn + 3) / 4 * 4;
+}
+
+static __device__ __forceinline__ struct dec_ws dec_views(float *ws, int64_t shn)
+{
+    struct dec_ws w = {(unsigned *)ws, ws + DEC_CNT, ws + DEC_CNT + shn, ws + dec_acc_off(shn)};
+    return w;
+}
+
+/* EPL / 2 words of EPL consecutive bf16 (EPL = 2, 4, 8), unconverted. */
+template <int EPL> static __device__ __forceinline__ void ld_raw(const bf16 *p, uint32_t *w)
 {
     if (EPL == 8) {
         uint4 u = *(const uint4 *)p;
-        uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            f[2 * i] = __uint_as_float(w[i] << 16);
-            f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-        }
+        w[0] = u.x, w[1] = u.y, w[2] = u.z, w[3] = u.w;
     } else if (EPL == 4) {
         uint2 u = *(const uint2 *)p;
-        f[0] = __uint_as_float(u.x << 16);
-        f[1] = __uint_as_float(u.x & 0xffff0000u);
-        f[2] = __uint_as_float(u.y << 16);
-        f[3] = __uint_as_float(u.y & 0xffff0000u);
+        w[0] = u.x, w[1] = u.y;
     } else {
-        uint32_t u = *(const uint32_t *)p;
-        f[0] = __uint_as_float(u << 16);
-        f[1] = __uint_as_float(u & 0xffff0000u);
+        w[0] = *(const uint32_t *)p;
     }
 }
 
-
-template <int D, int GM>
-static __global__ void __launch_bounds__(DEC_WARPS * 32)
-    k_attn_decode(struct tk_attn_args a, int split_len, int n_splits, float *ws)
+/* Element e of a raw row. */
+static __device__ __forceinline__ float raw_f(const uint32_t *w, int e)
 {
-    constexpr int EPL = D / 32;
-    __shared__ float s_acc[DEC_WARPS][GM][D];
-    __shared__ float s_m[DEC_WARPS][GM], s_l[DEC_WARPS][GM];
-    tk_pdl_wait(); /* PDL (cuda_common.cuh): nothing is touched before this */
-    tk_pdl_launch();
-    int s = blockIdx.z, g = blockIdx.y, sp = blockIdx.x;
-    int qs = a.query_start[s];
-    if (a.query_start[s + 1] - qs != 1) return;
-    int L = a.seq_lens[s];
-    if ((int64_t)sp * split_len >= L) return; /* the combine reads only live splits */
-    int G = a.n_heads / a.n_kv_heads;
-    int pos = a.positions[qs];
-    int hi = min(pos + 1, L);
-    int lo = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
-    int k0 = max(lo, sp * split_len), k1 = min(hi, (sp + 1) * split_len);
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    return __uint_as_float(e & 1 ? w[e >> 1] & 0xffff0000u : w[e >> 1] << 16);
+}
 
-    float qf[GM][EPL];
-    float qscale = a.softcap > 0.0f ? a.scale : a.scale * LOG2E;
-#pragma unroll
-    for (int h = 0; h < GM; h++) {
-        int hh = h < G ? h : 0;
-        const bf16 *qp = (const bf16 *)a.q + (int64_t)qs * a.q_stride +
-                         (int64_t)(g * G + hh) * D + lane * EPL;
-        ld_row<EPL>(qp, qf[h]);
-#pragma unroll
-        for (int e = 0; e < EPL; e++) qf[h][e] *= qscale;
-    }
-    float m[GM], l[GM], acc[GM][EPL];
-#pragma unroll
-    for (int h = 0; h < GM; h++) {
-        m[h] = -INFINITY;
-        l[h] = 0.0f;
-#pragma unroll
-        for (int e = 0; e < EPL; e++) acc[h][e] = 0.0f;
-    }
+/* ld_raw for K/V rows: through the non-coherent path (the cache is not
+ * written while the kernel runs), and volatile, so the loads issued
+ * speculatively before the query's position is known stay where they are. */
+template <int EPL> static __device__ __forceinline__ void ld_kv_raw(const bf16 *p, uint32_t *w)
+{
+    if (EPL == 8)
+        asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                     : "l"(p));
+    else if (EPL == 4)
+        asm volatile("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
+    else
+        asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(w[0]) : "l"(p));
+}
+
+/* Loads the U K and V rows from position j0 on (clamped to k1 - 1). */
+template <int EPL, int U>
+static __device__ __forceinline__ void ld_kv(const struct tk_attn_args &a, const int32_t *bt,
+                                             int g, int lane, int j0, int k1,
+                                             uint32_t (&kr)[U][EPL / 2], uint32_t (&vr)[U][EPL / 2])
+{
+    constexpr int D = EPL * 32;
     const bf16 *kc = (const bf16 *)a.k_cache, *vc = (const bf16 *)a.v_cache;
-    const int32_t *bt = a.block_tables + (int64_t)s * a.max_blocks_per_seq;
-    for (int j0 = k0 + warp * DEC_UNROLL; j0 < k1; j0 += DEC_WARPS * DEC_UNROLL) {
-        float kf[DEC_UNROLL][EPL], vf[DEC_UNROLL][EPL];
 #pragma unroll
-        for (int u = 0; u < DEC_UNROLL; u++) {
-            int j = j0 + u < k1 ? j0 + u : k1 - 1;
-            int64_t slot = (int64_t)bt[j / a.block_size] * a.block_size + j % a.block_size;
-            int64_t off = (slot * a.n_kv_heads + g) * D + lane * EPL;
-            ld_row<EPL>(kc + off, kf[u]);
-            ld_row<EPL>(vc + off, vf[u]);
-        }
+    for (int u = 0; u < U; u++) {
+        int j = j0 + u < k1 ? j0 + u : k1 - 1;
+        int64_t slot = (int64_t)bt[j / a.block_size] * a.block_size + j % a.block_size;
+        int64_t off = (slot * a.n_kv_heads + g) * D + lane * EPL;
+        ld_kv_raw<EPL>(kc + off, kr[u]);
+        ld_kv_raw<EPL>(vc + off, vr[u]);
+    }
+}
+
+/* One warp's online softmax over its tokens of [k0, k1): U rows per step
+ * (the first step's already in kr / vr), the next step's rows loaded before
+ * the current ones are used. */
+template <int D, int GM, int U>
+static __device__ __forceinline__ void warp_attend(const struct tk_attn_args &a, const int32_t *bt,
+                                                   int g, int lane, int warp, int k0, int k1,
+                                                   uint32_t (&kr)[U][D / 64],
+                                                   uint32_t (&vr)[U][D / 64],
+                                                   const float (&qf)[GM][D / 32], float (&m)[GM],
+                                                   float (&l)[GM], float (&acc)[GM][D / 32])
+{
+    constexpr int EPL = D / 32, STEP = DEC_WARPS * U;
+    for (int j0 = k0 + warp * U; j0 < k1; j0 += STEP) {
+        uint32_t kn[U][EPL / 2], vn[U][EPL / 2];
+        if (j0 + STEP < k1) ld_kv<EPL, U>(a, bt, g, lane, j0 + STEP, k1, kn, vn);
 #pragma unroll
         for (int h = 0; h < GM; h++) {
-            float sc[DEC_UNROLL];
+            float sc[U];
             float mx = m[h];
 #pragma unroll
-            for (int u = 0; u < DEC_UNROLL; u++) {
+            for (int u = 0; u < U; u++) {
                 float d = 0.0f;
 #pragma unroll
-                for (int e = 0; e < EPL; e++) d = fmaf(qf[h][e], kf[u][e], d);
+                for (int e = 0; e < EPL; e++) d = fmaf(qf[h][e], raw_f(kr[u], e), d);
                 d = tk_warp_sum(d);
                 if (a.softcap > 0.0f) d = a.softcap * tanhf(d / a.softcap) * LOG2E;
                 sc[u] = j0 + u < k1 ? d : -INFINITY;
@@ -123,14 +162,125 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32)
 #pragma unroll
             for (int e = 0; e < EPL; e++) acc[h][e] *= alpha;
 #pragma unroll
-            for (int u = 0; u < DEC_UNROLL; u++) {
+            for (int u = 0; u < U; u++) {
                 float p = exp2f(sc[u] - mx);
                 l[h] += p;
 #pragma unroll
-                for (int e = 0; e < EPL; e++) acc[h][e] = fmaf(p, vf[u][e], acc[h][e]);
+                for (int e = 0; e < EPL; e++) acc[h][e] = fmaf(p, raw_f(vr[u], e), acc[h][e]);
             }
         }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int w = 0; w < EPL / 2; w++) kr[u][w] = kn[u][w], vr[u][w] = vn[u][w];
     }
+}
+
+/* The last block of a (kv head, sequence): merges its n_live splits in
+ * index order into the BF16 output, four dims per thread, MERGE_CHUNK
+ * splits' partials loaded at a time (online: the running max moves once
+ * per chunk). */
+#define MERGE_CHUNK 8
+template <int D>
+static __device__ __forceinline__ void merge_splits(const struct tk_attn_args &a, struct dec_ws w,
+                                                    int64_t base, int n_splits, int n_live,
+                                                    int64_t orow, int G)
+{
+    for (int i = threadIdx.x * 4; i < G * D; i += blockDim.x * 4) {
+        int h = i / D, d = i % D;
+        int64_t b = base + (int64_t)h * n_splits;
+        float M = -INFINITY, sl = 0.0f, sa[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < n_live; k0 += MERGE_CHUNK) {
+            float mk[MERGE_CHUNK], lk[MERGE_CHUNK];
+            float4 ak[MERGE_CHUNK];
+#pragma unroll
+            for (int u = 0; u < MERGE_CHUNK; u++) {
+                bool in = k0 + u < n_live;
+                mk[u] = in ? __ldcg(w.m + b + k0 + u) : -INFINITY;
+                lk[u] = in ? __ldcg(w.l + b + k0 + u) : 0.0f;
+                ak[u] = in ? __ldcg((const float4 *)(w.acc + (b + k0 + u) * D + d))
+                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+            float Mc = M;
+#pragma unroll
+            for (int u = 0; u < MERGE_CHUNK; u++) Mc = fmaxf(Mc, mk[u]);
+            if (Mc == -INFINITY) continue;
+            float c = exp2f(M - Mc); /* M = -inf first: 0 */
+            sl *= c;
+#pragma unroll
+            for (int e = 0; e < 4; e++) sa[e] *= c;
+#pragma unroll
+            for (int u = 0; u < MERGE_CHUNK; u++) {
+                float f = exp2f(mk[u] - Mc);
+                sl += lk[u] * f;
+                sa[0] += ak[u].x * f, sa[1] += ak[u].y * f, sa[2] += ak[u].z * f;
+                sa[3] += ak[u].w * f;
+            }
+            M = Mc;
+        }
+        float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (M != -INFINITY)
+#pragma unroll
+            for (int e = 0; e < 4; e++) o[e] = sa[e] / sl;
+        __nv_bfloat162 lo = __floats2bfloat162_rn(o[0], o[1]), hi = __floats2bfloat162_rn(o[2], o[3]);
+        uint2 u = {*(uint32_t *)&lo, *(uint32_t *)&hi};
+        *(uint2 *)((bf16 *)a.out + orow + (int64_t)h * D + d) = u;
+    }
+}
+
+template <int D, int GM>
+static __global__ void __launch_bounds__(DEC_WARPS * 32)
+    k_attn_decode(struct tk_attn_args a, struct dec_rule rule, int n_splits, float *ws)
+{
+    constexpr int EPL = D / 32, U = EPL * GM <= 32 ? 8 : 4;
+    __shared__ float s_acc[DEC_WARPS][GM][D];
+    __shared__ float s_m[DEC_WARPS][GM], s_l[DEC_WARPS][GM];
+    __shared__ int s_last;
+    tk_pdl_wait(); /* PDL (cuda_common.cuh): nothing is touched before this */
+    tk_pdl_launch();
+    int s = blockIdx.z, g = blockIdx.y, sp = blockIdx.x;
+    int qs = a.query_start[s], qe = a.query_start[s + 1], L = a.seq_lens[s];
+    if (qe - qs != 1) return;
+    int len = split_len_of(L, rule, n_splits);
+    int n_live = (int)tk_cdiv(L, len);
+    if (sp >= n_live) return; /* the merge reads only live splits */
+    int G = a.n_heads / a.n_kv_heads;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int32_t *bt = a.block_tables + (int64_t)s * a.max_blocks_per_seq;
+    /* The first rows are loaded for the usual query position L - 1 while
+     * the position itself loads; any other position reloads them. */
+    int win = a.sliding_window;
+    int k0 = max(win > 0 ? max(0, L - win) : 0, sp * len), k1 = min(L, (sp + 1) * len);
+    uint32_t kr[U][EPL / 2], vr[U][EPL / 2];
+    if (k0 + warp * U < k1) ld_kv<EPL, U>(a, bt, g, lane, k0 + warp * U, k1, kr, vr);
+    int pos = a.positions[qs];
+    if (pos != L - 1) {
+        int lo = win > 0 ? max(0, pos - win + 1) : 0;
+        k0 = max(lo, sp * len), k1 = min(min(pos + 1, L), (sp + 1) * len);
+        if (k0 + warp * U < k1) ld_kv<EPL, U>(a, bt, g, lane, k0 + warp * U, k1, kr, vr);
+    }
+
+    float qf[GM][EPL];
+    float qscale = a.softcap > 0.0f ? a.scale : a.scale * LOG2E;
+#pragma unroll
+    for (int h = 0; h < GM; h++) {
+        int hh = h < G ? h : 0;
+        const bf16 *qp = (const bf16 *)a.q + (int64_t)qs * a.q_stride +
+                         (int64_t)(g * G + hh) * D + lane * EPL;
+        uint32_t w[EPL / 2];
+        ld_raw<EPL>(qp, w);
+#pragma unroll
+        for (int e = 0; e < EPL; e++) qf[h][e] = raw_f(w, e) * qscale;
+    }
+    float m[GM], l[GM], acc[GM][EPL];
+#pragma unroll
+    for (int h = 0; h < GM; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < EPL; e++) acc[h][e] = 0.0f;
+    }
+    warp_attend<D, GM, U>(a, bt, g, lane, warp, k0, k1, kr, vr, qf, m, l, acc);
     /* Merge the warps' states in warp order. */
 #pragma unroll
     for (int h = 0; h < GM; h++) {
@@ -143,99 +293,84 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32)
     }
     __syncthreads();
     int H = a.n_heads;
-    int64_t base = ((int64_t)s * H + g * G) * n_splits + sp; /* + h * n_splits */
-    float *wm = ws, *wl = ws + (int64_t)a.n_seqs * H * n_splits;
-    float *wacc = ws + 2 * (int64_t)a.n_seqs * H * n_splits;
+    int64_t shn = (int64_t)a.n_seqs * H * n_splits;
+    struct dec_ws w = dec_views(ws, shn);
+    int64_t base = ((int64_t)s * H + g * G) * n_splits; /* + h * n_splits + split */
+    int64_t orow = (int64_t)qs * a.out_stride + (int64_t)g * G * D;
     for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
         int h = i / D, d = i % D;
         float M = -INFINITY;
-        for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, s_m[w][h]);
+        for (int v = 0; v < DEC_WARPS; v++) M = fmaxf(M, s_m[v][h]);
         float Ms = M == -INFINITY ? 0.0f : M;
         float sl = 0.0f, sa = 0.0f;
-        for (int w = 0; w < DEC_WARPS; w++) {
-            float f = exp2f(s_m[w][h] - Ms);
-            sl += s_l[w][h] * f;
-            sa += s_acc[w][h][d] * f;
+        for (int v = 0; v < DEC_WARPS; v++) {
+            float f = exp2f(s_m[v][h] - Ms);
+            sl += s_l[v][h] * f;
+            sa += s_acc[v][h][d] * f;
         }
-        int64_t idx = base + (int64_t)h * n_splits;
-        wacc[idx * D + d] = sa;
+        if (n_live == 1) { /* the whole sequence: the output row itself */
+            ((bf16 *)a.out)[orow + i] = __float2bfloat16(M == -INFINITY ? 0.0f : sa / sl);
+            continue;
+        }
+        int64_t idx = base + (int64_t)h * n_splits + sp;
+        w.acc[idx * D + d] = sa;
         if (d == 0) {
-            wm[idx] = M;
-            wl[idx] = sl;
+            w.m[idx] = M;
+            w.l[idx] = sl;
         }
     }
-}
-
-template <int D>
-static __global__ void k_attn_combine(struct tk_attn_args a, int split_len, int n_splits,
-                                      const float *ws)
-{
-    tk_pdl_wait();
-    tk_pdl_launch();
-    int s = blockIdx.y, h = blockIdx.x, d = threadIdx.x;
-    int qs = a.query_start[s];
-    if (a.query_start[s + 1] - qs != 1) return;
-    int H = a.n_heads;
-    int n_live = (int)tk_cdiv(a.seq_lens[s], split_len);
-    n_live = min(n_live, n_splits);
-    const float *wm = ws, *wl = ws + (int64_t)a.n_seqs * H * n_splits;
-    const float *wacc = ws + 2 * (int64_t)a.n_seqs * H * n_splits;
-    int64_t base = ((int64_t)s * H + h) * n_splits;
-    float M = -INFINITY;
-    for (int i = 0; i < n_live; i++) M = fmaxf(M, wm[base + i]);
-    float o = 0.0f;
-    if (M != -INFINITY) {
-        float sl = 0.0f, sa = 0.0f;
-        for (int i = 0; i < n_live; i++) {
-            float f = exp2f(wm[base + i] - M);
-            sl += wl[base + i] * f;
-            sa += wacc[(base + i) * D + d] * f;
-        }
-        o = sa / sl;
-    }
-    ((bf16 *)a.out)[(int64_t)qs * a.out_stride + (int64_t)h * D + d] = __float2bfloat16(o);
+    if (n_live == 1) return;
+    /* Publish the partials, then count this split in (threadFenceReduction). */
+    __threadfence();
+    __syncthreads();
+    unsigned *cnt = w.cnt + (int64_t)s * a.n_kv_heads + g;
+    if (threadIdx.x == 0) s_last = atomicAdd(cnt, 1u) == (unsigned)(n_live - 1);
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    if (threadIdx.x == 0) *cnt = 0; /* every split has counted in: ready for the next launch */
+    merge_splits<D>(a, w, base, n_splits, n_live, orow, G);
 }
 
 extern "C" size_t tk_attn_decode_ws_bytes(const struct tk_attn_args *a, int n_splits)
 {
-    return (size_t)a->n_seqs * a->n_heads * n_splits * (a->head_dim + 2) * sizeof(float);
+    int64_t shn = (int64_t)a->n_seqs * a->n_heads * n_splits;
+    return (size_t)(dec_acc_off(shn) + shn * a->head_dim) * sizeof(float);
 }
 
 template <int D, int GM>
-static cudaError_t decode_launch(cudaStream_t st, const struct tk_attn_args *a, int split_len,
-                                 int n_splits, float *ws)
+static cudaError_t decode_launch(cudaStream_t st, const struct tk_attn_args *a,
+                                 struct dec_rule rule, int n_splits, float *ws)
 {
     dim3 grid((unsigned)n_splits, (unsigned)a->n_kv_heads, (unsigned)a->n_seqs);
-    return tk_launch(k_attn_decode<D, GM>, grid, DEC_WARPS * 32, 0, st, *a, split_len, n_splits,
-                     ws);
+    return tk_launch(k_attn_decode<D, GM>, grid, DEC_WARPS * 32, 0, st, *a, rule, n_splits, ws);
 }
 
 template <int D>
-static cudaError_t decode_d(cudaStream_t st, const struct tk_attn_args *a, int split_len,
+static cudaError_t decode_d(cudaStream_t st, const struct tk_attn_args *a, struct dec_rule rule,
                             int n_splits, float *ws)
 {
     int G = a->n_heads / a->n_kv_heads;
-    cudaError_t e;
-    if (G <= 1) e = decode_launch<D, 1>(st, a, split_len, n_splits, ws);
-    else if (G <= 2) e = decode_launch<D, 2>(st, a, split_len, n_splits, ws);
-    else if (G <= 4) e = decode_launch<D, 4>(st, a, split_len, n_splits, ws);
-    else if (G <= 8) e = decode_launch<D, 8>(st, a, split_len, n_splits, ws);
-    else if (D <= 128 && G <= 16)
-        e = decode_launch<D, D <= 128 ? 16 : 8>(st, a, split_len, n_splits, ws);
-    else return cudaErrorInvalidValue;
-    if (e != cudaSuccess) return e;
-    dim3 grid((unsigned)a->n_heads, (unsigned)a->n_seqs);
-    return tk_launch(k_attn_combine<D>, grid, D, 0, st, *a, split_len, n_splits, ws);
+    if (G <= 1) return decode_launch<D, 1>(st, a, rule, n_splits, ws);
+    if (G <= 2) return decode_launch<D, 2>(st, a, rule, n_splits, ws);
+    if (G <= 4) return decode_launch<D, 4>(st, a, rule, n_splits, ws);
+    if (G <= 8) return decode_launch<D, 8>(st, a, rule, n_splits, ws);
+    if (D <= 128 && G <= 16) return decode_launch<D, D <= 128 ? 16 : 8>(st, a, rule, n_splits, ws);
+    return cudaErrorInvalidValue;
 }
 
-extern "C" cudaError_t tk_attn_decode(cudaStream_t st, const struct tk_attn_args *a,
-                                      int split_len, int n_splits, float *ws)
+extern "C" cudaError_t tk_attn_decode(cudaStream_t st, const struct tk_attn_args *a, int min_len,
+                                      int max_len, int n_target, int n_splits, float *ws)
 {
     if (a->n_seqs <= 0 || n_splits <= 0) return cudaSuccess;
+    if (min_len < 1 || max_len < 1 || n_target < 1 ||
+        (int64_t)a->n_seqs * a->n_kv_heads > DEC_CNT)
+        return cudaErrorInvalidValue;
+    struct dec_rule rule = {min_len, max_len, n_target};
     switch (a->head_dim) {
-    case 64: return decode_d<64>(st, a, split_len, n_splits, ws);
-    case 128: return decode_d<128>(st, a, split_len, n_splits, ws);
-    case 256: return decode_d<256>(st, a, split_len, n_splits, ws);
+    case 64: return decode_d<64>(st, a, rule, n_splits, ws);
+    case 128: return decode_d<128>(st, a, rule, n_splits, ws);
+    case 256: return decode_d<256>(st, a, rule, n_splits, ws);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -135,14 +135,18 @@ struct tk_attn_args {
  * mma.sync tensor cores). head_dim 64 or 128. */
 cudaError_t tk_attn_prefill(cudaStream_t st, const struct tk_attn_args *a);
 
-/* Bytes of float workspace the decode kernel needs for `n_splits` KV splits. */
+/* Bytes of workspace the decode kernel needs for `n_splits` KV splits
+ * (its first bytes are counters that must be zero when the context starts). */
 size_t tk_attn_decode_ws_bytes(const struct tk_attn_args *a, int n_splits);
 /* Sequences with exactly one query token: split-KV (flash-decoding), the
- * query heads of one KV group together, then a combine pass. Split s of a
- * sequence covers KV positions [s * split_len, (s + 1) * split_len).
- * head_dim 64, 128 or 256; n_heads / n_kv_heads <= 16. */
-cudaError_t tk_attn_decode(cudaStream_t st, const struct tk_attn_args *a, int split_len,
-                           int n_splits, float *ws);
+ * query heads of one KV group together, splits merged in index order by the
+ * last block of each (kv head, sequence), in one launch. A sequence of L
+ * positions takes n = max(min(n_target, cdiv(L, min_len)), cdiv(L, max_len))
+ * splits (at most n_splits, the blocks launched per sequence) of cdiv(L, n)
+ * positions. head_dim 64, 128 or 256; n_heads / n_kv_heads <= 16;
+ * n_seqs * n_kv_heads <= 65536. */
+cudaError_t tk_attn_decode(cudaStream_t st, const struct tk_attn_args *a, int min_len,
+                           int max_len, int n_target, int n_splits, float *ws);
 
 /* Any query count per sequence, any head_dim <= 256, any GQA ratio, no
  * alignment needs: one block per (token, head), exact online softmax
