@@ -14,7 +14,11 @@
  * inner sums within 2e-3), with 333 output rows (not a multiple of its
  * 16-row tile) and shapes that give each K split (1, 2, 4, 8 warps per
  * tile); and for batch invariance: each token of a T = 8 launch bitwise
- * equal to the same token alone (T = 1), on both.
+ * equal to the same token alone (T = 1), on both. v6 (cuda_quant_v6.cu,
+ * the 4-bit default where it applies) is also forced by TERN_QUANT_KERNEL=v6
+ * with shapes for 1, 2+ and 8 warps per tile; matmul_glu through the GLU
+ * variants of v3 (default) and v6 must equal matmul + silu_mul bitwise
+ * (test_glu).
  *
  * Tolerances (max |diff| / max |ref|): the GEMV accumulates in float32 like
  * the CPU, in another order: 1e-4. The cuBLASLt path multiplies BF16-rounded
@@ -86,7 +90,8 @@ static struct qhost qhost_make(int64_t out, int64_t in, int bits, int g, enum te
     h.s = tern_malloc((size_t)(out * ng) * 4);
     h.b = tern_malloc((size_t)(out * ng) * 4);
     h.bias = tern_malloc((size_t)out * 2);
-    float *row = tern_malloc((size_t)in * 4), sc[128], bi[128];
+    float *row = tern_malloc((size_t)in * 4), *sc = tern_malloc((size_t)ng * 4);
+    float *bi = tern_malloc((size_t)ng * 4);
     for (int64_t o = 0; o < out; o++) {
         for (int64_t i = 0; i < in; i++) row[i] = frand() * 0.1f;
         tern_quant_affine_row(row, in, bits, g, h.q + o * words, sc, bi);
@@ -97,6 +102,8 @@ static struct qhost qhost_make(int64_t out, int64_t in, int bits, int g, enum te
         h.bias[o] = tern_f32_to_bf16(frand());
     }
     tern_free(row);
+    tern_free(sc);
+    tern_free(bi);
     return h;
 }
 
@@ -215,14 +222,28 @@ static bool mma_applies(int bits, int g, enum tern_dtype sdt, int64_t in, int64_
 #endif
 }
 
+/* True where the default (or TERN_QUANT_KERNEL=v6) takes the v6 GEMV. */
+static bool v6_applies(int bits, int g, enum tern_dtype sdt, int64_t in, int64_t out)
+{
+#ifdef TERN_HAVE_CUDA
+    struct tk_qmat m = {.q = (void *)256, .scales = (void *)256, .biases = (void *)256,
+                        .sdt = sdt == TERN_DTYPE_BF16 ? TK_BF16 : sdt == TERN_DTYPE_F16 ? TK_F16 : TK_F32,
+                        .bits = bits, .group = g};
+    return tk_qgemv6_ok(&m, (void *)256, TK_BF16, in, in, out) != 0;
+#else
+    (void)bits, (void)g, (void)sdt, (void)in, (void)out;
+    return false;
+#endif
+}
+
 /* Other GEMV versions tested beside the default, each on its own backend
  * (TERN_QUANT_KERNEL at creation) with its bound: v3 tensor cores (float32
  * sums of exact products), v4 half2 inner sums (a word's four products per
  * lane rounded to 11 bits), v5 v4's kernel with float32 sums. */
-#define N_ALT 3
-static const char *const alt_name[N_ALT] = {"v3", "v4", "v5"};
-static const double alt_tol[N_ALT] = {1e-4, 2e-3, 1e-4};
-static struct tern_backend *alt[N_ALT];
+#define N_ALT 4
+static const char *const alt_name[N_ALT] = {"v3", "v4", "v5", "v6"};
+static const double alt_tol[N_ALT] = {1e-4, 2e-3, 1e-4, 1e-4};
+static struct tern_backend *alt[N_ALT], *gpu_default;
 
 /* The GEMV at T = 1..8 with the default kernels and with each other
  * version, against the CPU; batch invariance of all. */
@@ -256,9 +277,10 @@ static double check_gemv(int bits, int g, enum tern_dtype sdt, int64_t out, int6
         lin_free(gpu, &lg);
     }
     printf("  b%d g%-3d %-4s [%5d x %4d] T=1..8 rel err default %.2e  v3 (%s) %.2e  v4 %.2e  "
-           "v5 %.2e (batch-invariant)\n",
+           "v5 %.2e  v6 (%s) %.2e (batch-invariant)\n",
            bits, g, tern_dtype_name(sdt), (int)out, (int)in, worst, mma ? "mma" : "v1 ",
-           worst_alt[0], worst_alt[1], worst_alt[2]);
+           worst_alt[0], worst_alt[1], worst_alt[2], v6_applies(bits, g, sdt, in, out) ? "v6" : "v1",
+           worst_alt[3]);
     if (!(worst <= 1e-4)) fail_msg("b%d g%d: gemv rel err %.2e", bits, g, worst);
     for (int a = 0; a < N_ALT; a++)
         if (!(worst_alt[a] <= alt_tol[a]))
@@ -347,6 +369,8 @@ static void test_gemv_all_t(void **state)
     check_gemv(4, 32, TERN_DTYPE_BF16, 16392, 512);  /* 2 warps per tile */
     check_gemv(4, 128, TERN_DTYPE_BF16, 32775, 256); /* 1 warp per tile */
     check_gemv(8, 64, TERN_DTYPE_BF16, 32775, 128);  /* 1 warp per tile */
+    check_gemv(4, 64, TERN_DTYPE_BF16, 4100, 128);   /* v6: 1 warp per tile */
+    check_gemv(4, 32, TERN_DTYPE_F16, 24, 14336);    /* v6: 8 warps, 448 groups */
     x_scale = 1e5f; /* beyond f16: v4 must take its float32 fallback */
     check_gemv(4, 64, TERN_DTYPE_BF16, 333, 768);
     x_scale = 1.0f;
@@ -355,7 +379,13 @@ static void test_gemv_all_t(void **state)
         tk_qgemv_mma_split(4, 128, 256, 32775) != 1 || tk_qgemv_mma_split(8, 128, 2048, 40) != 8 ||
         tk_qgemv_mma_split(8, 64, 128, 32775) != 1 || tk_qgemv_mma_split(8, 64, 768, 333) != 4)
         fail_msg("tk_qgemv_mma_split: the test shapes no longer cover 8, 4, 2 and 1 warps per tile");
+    if (tk_qgemv6_split(128, 4100) != 1 || tk_qgemv6_split(14336, 24) != 8 ||
+        tk_qgemv6_split(768, 333) < 2)
+        fail_msg("tk_qgemv6_split: the test shapes no longer cover 1, 8 and 2+ warps per tile");
 #endif
+    if (!v6_applies(4, 32, TERN_DTYPE_F16, 14336, 24) || !v6_applies(4, 128, TERN_DTYPE_BF16, 128, 8) ||
+        v6_applies(8, 64, TERN_DTYPE_BF16, 4096, 4096) || v6_applies(4, 64, TERN_DTYPE_F32, 4096, 4096))
+        fail_msg("tk_qgemv6_ok: unexpected coverage");
     if (!mma_applies(4, 64, TERN_DTYPE_BF16, 4096, 4096) || !mma_applies(8, 32, TERN_DTYPE_F16, 128, 8) ||
         mma_applies(4, 64, TERN_DTYPE_F32, 4096, 4096) || mma_applies(2, 64, TERN_DTYPE_BF16, 4096, 4096))
         fail_msg("tk_qgemv_mma_ok: unexpected coverage");
@@ -371,6 +401,68 @@ static void test_all_combos(void **state)
     check_combo(4, 64, TERN_DTYPE_F16);
     check_combo(4, 64, TERN_DTYPE_F32);
     check_combo(8, 128, TERN_DTYPE_F16);
+}
+
+/* matmul_glu on a quantized [2 ff, in] gate_up on gpu (the default: v3's
+ * GLU variant) and with TERN_QUANT_KERNEL=v6 (v6's) bitwise equal to matmul
+ * into a BF16 gate_up then silu_mul, at T = 1..8 and 20, with and without
+ * bias. */
+static void check_glu(int g, enum tern_dtype sdt, int64_t ff, int64_t in)
+{
+    struct qhost h = qhost_make(2 * ff, in, 4, g, sdt);
+    if (!v6_applies(4, g, sdt, in, 2 * ff) || !mma_applies(4, g, sdt, in, 2 * ff))
+        fail_msg("glu g%d: v3 / v6 do not apply", g);
+    for (int kb = 0; kb < 4; kb++) {
+        struct tern_backend *be = kb < 2 ? gpu_default : alt[N_ALT - 1];
+        int wb = kb & 1;
+        struct tern_linear lg = lin_on(be, &h, 2 * ff, in, 4, g, wb);
+        const int64_t Ts[] = {1, 2, 3, 4, 5, 8, 20};
+        for (int i = 0; i < 7; i++) {
+            int64_t T = Ts[i], xs[2] = {T, in}, gs[2] = {T, 2 * ff}, as[2] = {T, ff};
+            uint16_t *xb = tern_malloc((size_t)(T * in) * 2);
+            for (int64_t k = 0; k < T * in; k++) xb[k] = tern_f32_to_bf16(frand() * 4.0f);
+            struct tern_dtensor x = up(be, TERN_DTYPE_BF16, 2, xs, xb);
+            struct tern_dtensor gu = up(be, TERN_DTYPE_BF16, 2, gs, NULL);
+            struct tern_dtensor a1 = up(be, TERN_DTYPE_BF16, 2, as, NULL);
+            struct tern_dtensor a2 = up(be, TERN_DTYPE_BF16, 2, as, NULL);
+            ok(be->ops->matmul_glu(be, &x, &lg, &gu, &a1));
+            ok(be->ops->matmul(be, &x, &lg, &gu, 0));
+            ok(be->ops->silu_mul(be, &gu, &a2));
+            uint16_t *h1 = tern_malloc((size_t)(T * ff) * 2), *h2 = tern_malloc((size_t)(T * ff) * 2);
+            ok(be->ops->download(be, h1, &a1, (size_t)(T * ff) * 2));
+            ok(be->ops->download(be, h2, &a2, (size_t)(T * ff) * 2));
+            int64_t nz = 0;
+            for (int64_t k = 0; k < T * ff; k++) nz += h2[k] != 0;
+            if (memcmp(h1, h2, (size_t)(T * ff) * 2) != 0 || nz < T * ff / 2)
+                fail_msg("glu g%d %s T=%d bias %d %s: fused differs from matmul + silu_mul", g,
+                         tern_dtype_name(sdt), (int)T, wb, kb < 2 ? "v3" : "v6");
+            tern_free(h1);
+            tern_free(h2);
+            tern_free(xb);
+            tern_dtensor_free(be, &x);
+            tern_dtensor_free(be, &gu);
+            tern_dtensor_free(be, &a1);
+            tern_dtensor_free(be, &a2);
+        }
+        lin_free(be, &lg);
+    }
+    printf("  b4 g%-3d %-4s glu [2 x %d x %d] T=1..20 v3 and v6 bitwise matmul + silu_mul\n", g,
+           tern_dtype_name(sdt), (int)ff, (int)in);
+    tern_free(h.q);
+    tern_free(h.s);
+    tern_free(h.b);
+    tern_free(h.bias);
+}
+
+static void test_glu(void **state)
+{
+    (void)state;
+    if (!gpu) skip();
+    gpu_default = gpu;
+    check_glu(32, TERN_DTYPE_BF16, 200, 768);
+    check_glu(64, TERN_DTYPE_BF16, 1028, 512);
+    check_glu(128, TERN_DTYPE_F16, 36, 1024);
+    check_glu(64, TERN_DTYPE_F16, 12, 4096);
 }
 
 static int setup(void **state)
@@ -409,6 +501,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_gemv_all_t),
                                        cmocka_unit_test(test_all_combos),
-                                       cmocka_unit_test(test_tall_dequant)};
+                                       cmocka_unit_test(test_tall_dequant),
+                                       cmocka_unit_test(test_glu)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }

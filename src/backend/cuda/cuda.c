@@ -560,7 +560,8 @@ enum tern_status tern_backend_cuda_create(const struct tern_backend_params *para
     bool q1 = qk && strcmp(qk, "v1") == 0, q2 = qk && strcmp(qk, "v2") == 0;
     bool q3 = qk && strcmp(qk, "v3") == 0;
     bool q4 = qk && strcmp(qk, "v4") == 0, q5 = qk && strcmp(qk, "v5") == 0;
-    c->qgemv_version = q5 ? 5 : q4 ? 4 : q3 ? 3 : q2 ? 2 : q1 ? 1 : 0; /* 0: per shape */
+    bool q6 = qk && strcmp(qk, "v6") == 0; /* cuda_quant_v6.cu (4 bits) */
+    c->qgemv_version = q6 ? 6 : q5 ? 5 : q4 ? 4 : q3 ? 3 : q2 ? 2 : q1 ? 1 : 0; /* 0: per shape */
     c->qdequant_version = q1 ? 1 : 2;
     enum tern_status st = cu_init(c, c->device);
     if (st != TERN_OK) {

@@ -297,6 +297,13 @@ enum tern_status tern_cuda_matmul_glu(struct tern_backend *be, const struct tern
                  act->dtype == TERN_DTYPE_BF16 && gate_up->dtype == TERN_DTYPE_BF16 &&
                  act->shape[0] == T && as == ff &&
                  tk_gemv_fast(xp, (int)x->dtype, in, wp, (int)w->weight.dtype, in);
+    if (w->bits && tern_cuda_fuse_ops("glu") && act->dtype == TERN_DTYPE_BF16 &&
+        gate_up->dtype == TERN_DTYPE_BF16 && act->shape[0] == T && as == ff) {
+        /* quantized: the GLU variant of the GEMV matmul would take (v3 / v6), bitwise */
+        bool done = false;
+        TERN_TRY(tern_cuda_matmul_glu_quant(c, x, w, tern_cuda_ptr(act), as, &done));
+        if (done) return TERN_OK;
+    }
     if (!fused) {
         TERN_TRY(tern_cuda_matmul(be, x, w, gate_up, 0));
         return be->ops->silu_mul(be, gate_up, act);

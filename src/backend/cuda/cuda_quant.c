@@ -14,13 +14,16 @@
  *
  * Which GEMV (backend qgemv_version, TERN_QUANT_KERNEL): by default (0) the
  * tensor-core GEMV of cuda_quant_mma.cu (v3) for 4 bits, v1 (cuda_quant.cu)
- * for other widths, each for every T it takes, so a token's result does not
- * depend on the token count up to that T. Measured on the H200
- * (docs/perf/quant.md, 2026-11-29): at 4 bits v3 is 3% faster than v1 at
- * T = 1 and 4x faster at T = 8; at 8 bits and T = 1 v1 streams at 94% of
- * the copy rate and v3 is 25% slower. TERN_QUANT_KERNEL=v1|v2|v3|v4|v5
- * forces one GEMV where it applies (v1 is the fallback for every operand);
- * the dequantize is v2 unless v1 is asked for.
+ * for other widths, each for every T up to its limit (the choice depends on
+ * the weight, never on T), so a token's result does not depend on the token
+ * count up to that T. Measured on the H200 (docs/perf/quant.md): at 4 bits
+ * v3 is 3% faster than v1 at T = 1 and 4x at T = 8, v6 (cuda_quant_v6.cu,
+ * (token, group) MMA columns) no faster than v3; at 8 bits and T = 1 v1
+ * streams at 94% of the copy rate and v3 is 25% slower.
+ * TERN_QUANT_KERNEL=v1|v2|v3|v4|v5|v6 forces one GEMV where it applies (v1
+ * is the fallback for every operand); the dequantize is v2 unless v1 is
+ * asked for. matmul_glu of a weight that takes v3 or v6 runs that kernel's
+ * GLU variant (silu_mul in the epilogue, bitwise the unfused ops).
  * Depends on cuda_internal.h, cuda_quant.h.
  */
 #include "backend/cuda/cuda_quant.h"
@@ -67,6 +70,23 @@ static enum tern_status pool_ready(struct tern_cuda *c)
     return TERN_OK;
 }
 
+/* The GEMV a quantized matmul takes (1..6), or 0 for dequantize + cuBLASLt:
+ * a function of the weight's shape and format, the mode and T only. */
+static int quant_pick(const struct tern_cuda *c, const struct tern_dtensor *x,
+                      const struct tk_qmat *m, int64_t in, int64_t out)
+{
+    int64_t T = x->shape[0];
+    const void *xp = tern_cuda_ptr(x);
+    int ver = c->qgemv_version;
+    bool mma_ok = tk_qgemv_mma_ok(m, xp, (int)x->dtype, in, in, out) != 0;
+    bool v6_ok = tk_qgemv6_ok(m, xp, (int)x->dtype, in, in, out) != 0;
+    if (ver == 0) ver = mma_ok && m->bits == 4 ? 3 : 1;
+    if (ver == 6 && !v6_ok) ver = 1;
+    int64_t max_t = ver == 6 || (ver == 3 && mma_ok) ? QMMA_MAX_T : TERN_CUDA_GEMV_MAX_T;
+    bool lt = x->dtype == TERN_DTYPE_BF16 && in % 8 == 0 && (c->base.deterministic || T > max_t);
+    return lt ? 0 : ver;
+}
+
 enum tern_status tern_cuda_matmul_quant(struct tern_cuda *c, const struct tern_dtensor *x,
                                         const struct tern_linear *w, void *y, int ydt,
                                         int64_t ys)
@@ -77,15 +97,14 @@ enum tern_status tern_cuda_matmul_quant(struct tern_cuda *c, const struct tern_d
     int bdt = bias ? (int)w->bias.dtype : 0;
     struct tk_qmat m = qmat_of(w);
     const void *xp = tern_cuda_ptr(x);
-    int ver = c->qgemv_version;
-    bool mma_ok = tk_qgemv_mma_ok(&m, xp, (int)x->dtype, in, in, out) != 0;
-    if (ver == 0) ver = mma_ok && m.bits == 4 ? 3 : 1;
-    int64_t max_t = ver == 3 && mma_ok ? QMMA_MAX_T : TERN_CUDA_GEMV_MAX_T;
-    bool lt = x->dtype == TERN_DTYPE_BF16 && in % 8 == 0 && (c->base.deterministic || T > max_t);
-    if (!lt) {
-        /* 4 rows per warp share each x load at batch 1-2; more tokens need
-         * the registers for their sums (dev/kernels/bench_quant.c measures both). */
-        if (ver == 3 && mma_ok) {
+    int ver = quant_pick(c, x, &m, in, out);
+    if (ver != 0) {
+        if (ver == 6) {
+            cudaError_t e = tk_qgemv6(c->stream, &m, xp, in, bias, bdt, y, ydt, ys, T, in, out);
+            if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv6", (int)e, __FILE__, __LINE__);
+            return TERN_OK;
+        }
+        if (ver == 3 && tk_qgemv_mma_ok(&m, xp, (int)x->dtype, in, in, out)) {
             cudaError_t e = tk_qgemv_mma(c->stream, &m, xp, in, bias, bdt, y, ydt, ys, T, in, out);
             if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv_mma", (int)e, __FILE__, __LINE__);
             return TERN_OK;
@@ -101,6 +120,8 @@ enum tern_status tern_cuda_matmul_quant(struct tern_cuda *c, const struct tern_d
             if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv2", (int)e, __FILE__, __LINE__);
             return TERN_OK;
         }
+        /* 4 rows per warp share each x load at batch 1-2; more tokens need
+         * the registers for their sums (dev/kernels/bench_quant.c measures both). */
         cudaError_t e = tk_qgemv(c->stream, &m, xp, (int)x->dtype, in, bias, bdt, y, ydt, ys, T,
                                  in, out, T <= 2 ? 4 : 2);
         if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv", (int)e, __FILE__, __LINE__);
@@ -120,6 +141,29 @@ enum tern_status tern_cuda_matmul_quant(struct tern_cuda *c, const struct tern_d
     if (st == TERN_OK && ef != cudaSuccess)
         st = tern_cuda_fail("cudaFreeAsync", (int)ef, __FILE__, __LINE__);
     return st;
+}
+
+enum tern_status tern_cuda_matmul_glu_quant(struct tern_cuda *c, const struct tern_dtensor *x,
+                                            const struct tern_linear *w, void *act,
+                                            int64_t act_stride, bool *done)
+{
+    *done = false;
+    TERN_TRY(check_quant(w, "matmul_glu"));
+    int64_t T = x->shape[0], in = w->in_features, out = w->out_features;
+    struct tk_qmat m = qmat_of(w);
+    const void *xp = tern_cuda_ptr(x);
+    int ver = out % 2 == 0 ? quant_pick(c, x, &m, in, out) : 0;
+    if (ver == 3 && !tk_qgemv_mma_ok(&m, xp, (int)x->dtype, in, in, out)) ver = 0;
+    if (ver != 3 && ver != 6) return TERN_OK;
+    const void *bias = w->bias.buf ? tern_cuda_ptr(&w->bias) : NULL;
+    int bdt = bias ? (int)w->bias.dtype : 0;
+    cudaError_t e = ver == 6 ? tk_qgemv6_glu(c->stream, &m, xp, in, bias, bdt, act, act_stride, T,
+                                             in, out / 2)
+                             : tk_qgemv_mma_glu(c->stream, &m, xp, in, bias, bdt, act, act_stride,
+                                                T, in, out / 2);
+    if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv*_glu", (int)e, __FILE__, __LINE__);
+    *done = true;
+    return TERN_OK;
 }
 
 enum tern_status tern_cuda_get_rows_quant(struct tern_backend *be, const struct tern_linear *table,

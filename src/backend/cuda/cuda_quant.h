@@ -65,6 +65,30 @@ cudaError_t tk_qgemv_mma_split_as(cudaStream_t st, const struct tk_qmat *m, cons
                                   int64_t x_stride, const void *bias, int bdt, void *y, int ydt,
                                   int64_t y_stride, int64_t n_tok, int64_t in, int64_t out,
                                   int wsplit);
+/* The same as tk_qgemv_mma for a gate_up m [2 ff, in] with silu_mul in the
+ * epilogue: act[t, i] = silu(g) * u (BF16, row stride act_stride), g and u
+ * rows i and ff + i rounded to BF16 first: bitwise tk_qgemv_mma into a BF16
+ * gate_up followed by tk_silu_mul. */
+cudaError_t tk_qgemv_mma_glu(cudaStream_t st, const struct tk_qmat *m, const void *x,
+                             int64_t x_stride, const void *bias, int bdt, void *act,
+                             int64_t act_stride, int64_t n_tok, int64_t in, int64_t ff);
+/* 4-bit GEMV v6 (cuda_quant_v6.cu): tensor cores with (token, group)
+ * columns, built for one token; bits 4, BF16 or F16 scales, group 32/64/128,
+ * BF16 x, in % 128 == 0, in / group <= 1024, 16-byte aligned x and q, 4-byte
+ * aligned scales and biases (tk_qgemv6_ok). A token's result does not depend
+ * on the others in the launch. tk_qgemv6_split: warps per 16-row tile (a
+ * function of the shape only). tk_qgemv6_glu: act[t, i] = silu(g) * u with g,
+ * u rows i and ff + i of m ([2 ff, in]) rounded to BF16 first: bitwise
+ * tk_qgemv6 into a BF16 gate_up followed by tk_silu_mul. */
+int tk_qgemv6_ok(const struct tk_qmat *m, const void *x, int xdt, int64_t x_stride, int64_t in,
+                 int64_t out);
+int tk_qgemv6_split(int64_t in, int64_t out);
+cudaError_t tk_qgemv6(cudaStream_t st, const struct tk_qmat *m, const void *x, int64_t x_stride,
+                      const void *bias, int bdt, void *y, int ydt, int64_t y_stride, int64_t n_tok,
+                      int64_t in, int64_t out);
+cudaError_t tk_qgemv6_glu(cudaStream_t st, const struct tk_qmat *m, const void *x,
+                          int64_t x_stride, const void *bias, int bdt, void *act,
+                          int64_t act_stride, int64_t n_tok, int64_t in, int64_t ff);
 /* v2 dequantize of the whole of m ([rows, in]) to contiguous BF16 out. */
 int tk_qdequant2_ok(const struct tk_qmat *m, int64_t in, const void *out);
 cudaError_t tk_qdequant2(cudaStream_t st, const struct tk_qmat *m, int64_t rows, int64_t in,
@@ -92,6 +116,13 @@ cudaError_t tk_qdequant(cudaStream_t st, const struct tk_qmat *m, int64_t rows, 
 enum tern_status tern_cuda_matmul_quant(struct tern_cuda *c, const struct tern_dtensor *x,
                                         const struct tern_linear *w, void *y, int ydt,
                                         int64_t y_stride);
+/* matmul_glu for a quantized gate_up w [2 ff, in] where matmul would take
+ * the tensor-core GEMV v3 or v6 (their GLU variants, bitwise matmul + silu_mul): *done tells
+ * whether it ran; if not, the caller runs matmul, then silu_mul. act is
+ * BF16 [T, ff] with row stride act_stride. */
+enum tern_status tern_cuda_matmul_glu_quant(struct tern_cuda *c, const struct tern_dtensor *x,
+                                            const struct tern_linear *w, void *act,
+                                            int64_t act_stride, bool *done);
 /* get_rows on a quantized table: rows gathered and dequantized. */
 enum tern_status tern_cuda_get_rows_quant(struct tern_backend *be, const struct tern_linear *table,
                                           const struct tern_dtensor *idx,

@@ -3,10 +3,10 @@
  * (layout: tensor/quant.h) with the dot products on the tensor cores:
  * y[t, o] = sum_i x[t, i] w[o, i] for up to 8 tokens t, w never leaves
  * registers in any form but its packed one and the bf16 pairs below.
- * Chosen by cuda_quant.c with TERN_QUANT_KERNEL=v3 for T <=
- * TERN_CUDA_GEMV_MAX_T where tk_qgemv_mma_ok holds; v1 (cuda_quant.cu) is
- * the default and the fallback: measured on the H200 this kernel streams
- * 4-bit weights no faster than v1 (docs/perf/quant.md, "tensor-core GEMV").
+ * The 4-bit default of cuda_quant.c (every T up to 32, 8 per pass) where
+ * tk_qgemv_mma_ok holds; TERN_QUANT_KERNEL=v3 forces it for 8 bits too.
+ * tk_qgemv_mma_glu is the gate/up variant with silu_mul in the epilogue
+ * (matmul_glu), bitwise this kernel into a BF16 gate_up then tk_silu_mul.
  *
  * One mma.sync.m16n8k16 (bf16 in, f32 out): A = 16 weight rows x 16 k,
  * B = 16 k x 8 tokens (token n is column n; columns >= T are zeros),
@@ -228,8 +228,13 @@ static __device__ __forceinline__ void stage_compute(const unsigned char *slot, 
 /* Block: QM_WARPS warps = QM_WARPS / wsplit tiles of 16 rows, wsplit warps
  * (consecutive) per tile, warp ks of a tile taking steps ks, ks + wsplit, ...
  * Each warp streams its steps through its own ring of NST shared-memory
- * slots (cp.async, NST - 1 steps in flight while it computes one). */
-template <int BITS, int GROUP, int SDT>
+ * slots (cp.async, NST - 1 steps in flight while it computes one).
+ * GLU: `out` is ff; tile rows 0-7 are gate rows i0.., rows 8-15 up rows
+ * ff + i0.. (i0 = 8 per tile), so lane (g, t) ends with both sums of output
+ * i0 + g and writes silu(gate) * up (BF16) rounded as tk_silu_mul would
+ * from a BF16 gate_up: bitwise the plain kernel then silu_mul (each row's
+ * sums do not depend on its place in the tile). */
+template <int BITS, int GROUP, int SDT, bool GLU>
 static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
     k_qgemv_mma(const bf16 *__restrict__ x, int xs, int n_tok, const uint32_t *__restrict__ q,
                 const uint16_t *__restrict__ sc, const uint16_t *__restrict__ bi,
@@ -241,16 +246,22 @@ static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
     __shared__ float red[QM_WARPS][32][4];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     int ks = warp % wsplit;
-    int row0 = (blockIdx.x * (QM_WARPS / wsplit) + warp / wsplit) * 16;
+    int tile = blockIdx.x * (QM_WARPS / wsplit) + warp / wsplit;
+    int row0 = tile * (GLU ? 8 : 16);
     bool live = row0 < out;
+    /* weight row of tile row r (0..15), clamped into the matrix */
+    auto trow = [&](int r) {
+        if (!GLU) return row0 + r < out ? row0 + r : out - 1;
+        int i = row0 + (r & 7) < out ? row0 + (r & 7) : out - 1;
+        return r < 8 ? i : out + i;
+    };
     int words_row = in / 32 * BITS, groups_row = in / GROUP, n_steps = in / C::SK;
     int qoff[C::CH];
 #pragma unroll
     for (int i = 0; i < C::CH; i++) {
-        int row = row0 + (lane + 32 * i) / (C::RB / 16);
-        qoff[i] = (row < out ? row : out - 1) * words_row;
+        qoff[i] = trow((lane + 32 * i) / (C::RB / 16)) * words_row;
     }
-    int srow = row0 + (lane & 15) < out ? row0 + (lane & 15) : out - 1;
+    int srow = trow(lane & 15);
     const uint16_t *sb_row = (lane < 16 ? sc : bi) + (size_t)srow * groups_row;
     bool has_x = g < n_tok;
     const bf16 *xl = x + (size_t)(has_x ? g : 0) * xs + t * (GROUP / 4);
@@ -287,13 +298,27 @@ static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
             for (int i = 0; i < 4; i++) acc[i] += red[warp + w][lane][i];
     }
     if (!live) return;
+    if (GLU) {
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        int row = row0 + g + (i >> 1) * 8, tok = 2 * t + (i & 1);
-        if (row < out && tok < n_tok) {
-            float v = acc[i];
-            if (bias) v += tk_ld(bias, bdt, row);
-            tk_st(y, ydt, tok * ys + row, v);
+        for (int c = 0; c < 2; c++) {
+            int i = row0 + g, tok = 2 * t + c;
+            if (i < out && tok < n_tok) {
+                float gv = acc[c], uv = acc[2 + c];
+                if (bias) gv += tk_ld(bias, bdt, i), uv += tk_ld(bias, bdt, out + i);
+                gv = __bfloat162float(__float2bfloat16(gv)); /* as stored in gate_up */
+                uv = __bfloat162float(__float2bfloat16(uv));
+                ((bf16 *)y)[tok * ys + i] = __float2bfloat16(gv / (1.0f + expf(-gv)) * uv);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int row = row0 + g + (i >> 1) * 8, tok = 2 * t + (i & 1);
+            if (row < out && tok < n_tok) {
+                float v = acc[i];
+                if (bias) v += tk_ld(bias, bdt, row);
+                tk_st(y, ydt, tok * ys + row, v);
+            }
         }
     }
 }
@@ -324,7 +349,8 @@ extern "C" int tk_qgemv_mma_ok(const struct tk_qmat *m, const void *x, int xdt, 
 typedef void (*qm_fn)(cudaStream_t, const struct tk_qmat *, const void *, int, int, const void *,
                       int, void *, int, int64_t, int, int, int);
 
-template <int BITS, int GROUP, int SDT>
+/* out: rows (GLU: ff, the kernel covering 2 ff rows in 16-row tiles). */
+template <int BITS, int GROUP, int SDT, bool GLU>
 static void qm_launch(cudaStream_t st, const struct tk_qmat *m, const void *x, int xs, int n_tok,
                       const void *bias, int bdt, void *y, int ydt, int64_t ys, int in, int out,
                       int wsplit)
@@ -335,19 +361,19 @@ static void qm_launch(cudaStream_t st, const struct tk_qmat *m, const void *x, i
      * same value; not a stream operation, so legal while capturing a graph). */
     static unsigned attr_set;
     if (cudaGetDevice(&dev) == cudaSuccess && dev < 32 && !((attr_set >> dev) & 1u)) {
-        cudaFuncSetAttribute(k_qgemv_mma<BITS, GROUP, SDT>,
+        cudaFuncSetAttribute(k_qgemv_mma<BITS, GROUP, SDT, GLU>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         attr_set |= 1u << dev;
     }
-    unsigned blocks = (unsigned)tk_cdiv(tk_cdiv(out, 16), QM_WARPS / wsplit);
-    k_qgemv_mma<BITS, GROUP, SDT><<<blocks, QM_WARPS * 32, smem, st>>>(
+    unsigned blocks = (unsigned)tk_cdiv(tk_cdiv(GLU ? 2 * (int64_t)out : out, 16), QM_WARPS / wsplit);
+    k_qgemv_mma<BITS, GROUP, SDT, GLU><<<blocks, QM_WARPS * 32, smem, st>>>(
         (const bf16 *)x, xs, n_tok, (const uint32_t *)m->q, (const uint16_t *)m->scales,
         (const uint16_t *)m->biases, bias, bdt, y, ydt, ys, in, out, wsplit);
 }
 
-#define QM_ROW(B)                                                                                  \
-    {qm_launch<B, 32, TK_BF16>, qm_launch<B, 64, TK_BF16>, qm_launch<B, 128, TK_BF16>},           \
-        {qm_launch<B, 32, TK_F16>, qm_launch<B, 64, TK_F16>, qm_launch<B, 128, TK_F16>}
+#define QM_ROW(B, L)                                                                               \
+    {qm_launch<B, 32, TK_BF16, L>, qm_launch<B, 64, TK_BF16, L>, qm_launch<B, 128, TK_BF16, L>},  \
+        {qm_launch<B, 32, TK_F16, L>, qm_launch<B, 64, TK_F16, L>, qm_launch<B, 128, TK_F16, L>}
 
 extern "C" cudaError_t tk_qgemv_mma(cudaStream_t st, const struct tk_qmat *m, const void *x,
                                     int64_t x_stride, const void *bias, int bdt, void *y, int ydt,
@@ -362,7 +388,7 @@ extern "C" cudaError_t tk_qgemv_mma_split_as(cudaStream_t st, const struct tk_qm
                                              int bdt, void *y, int ydt, int64_t y_stride,
                                              int64_t n_tok, int64_t in, int64_t out, int wsplit)
 {
-    static const qm_fn table[2][2][3] = {{QM_ROW(4)}, {QM_ROW(8)}};
+    static const qm_fn table[2][2][3] = {{QM_ROW(4, false)}, {QM_ROW(8, false)}};
     if (n_tok <= 0 || out <= 0) return cudaSuccess;
     if (!(wsplit == 1 || wsplit == 2 || wsplit == 4 || wsplit == 8)) return cudaErrorInvalidValue;
     qm_fn f = table[m->bits == 8][m->sdt == TK_F16][m->group == 32 ? 0 : m->group == 64 ? 1 : 2];
@@ -371,6 +397,25 @@ extern "C" cudaError_t tk_qgemv_mma_split_as(cudaStream_t st, const struct tk_qm
         int nt = (int)(n_tok - t0 < 8 ? n_tok - t0 : 8);
         f(st, m, (const bf16 *)x + t0 * x_stride, (int)x_stride, nt, bias, bdt,
           (char *)y + (size_t)(t0 * y_stride) * ysz, ydt, y_stride, (int)in, (int)out, wsplit);
+        cudaError_t e = cudaPeekAtLastError();
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t tk_qgemv_mma_glu(cudaStream_t st, const struct tk_qmat *m, const void *x,
+                                        int64_t x_stride, const void *bias, int bdt, void *act,
+                                        int64_t act_stride, int64_t n_tok, int64_t in, int64_t ff)
+{
+    static const qm_fn table[2][2][3] = {{QM_ROW(4, true)}, {QM_ROW(8, true)}};
+    if (n_tok <= 0 || ff <= 0) return cudaSuccess;
+    /* the plain kernel's split for the [2 ff, in] weight: same windows per warp */
+    int wsplit = tk_qgemv_mma_split(m->bits, m->group, in, 2 * ff);
+    qm_fn f = table[m->bits == 8][m->sdt == TK_F16][m->group == 32 ? 0 : m->group == 64 ? 1 : 2];
+    for (int64_t t0 = 0; t0 < n_tok; t0 += 8) {
+        int nt = (int)(n_tok - t0 < 8 ? n_tok - t0 : 8);
+        f(st, m, (const bf16 *)x + t0 * x_stride, (int)x_stride, nt, bias, bdt,
+          (bf16 *)act + t0 * act_stride, TK_BF16, act_stride, (int)in, (int)ff, wsplit);
         cudaError_t e = cudaPeekAtLastError();
         if (e != cudaSuccess) return e;
     }
