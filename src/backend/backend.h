@@ -270,9 +270,10 @@ struct tern_backend_ops {
      * add_rmsnorm(residual, proj, norm_w, eps, h)): a projection and the
      * residual add + RMSNorm after it in one op. w: [dim, in]; x [T, in];
      * residual [T, dim] (F32 or act dtype); proj [T, dim] is scratch the
-     * backend may write (the CPU composes through it; CUDA adds each output
-     * to the residual in the decode GEMV's epilogue, the last block
-     * normalising, and leaves proj alone); h [T, dim]. norm_w NULL: only
+     * backend may write (the CPU composes through it; CUDA can add each
+     * output to the residual in the decode GEMV's epilogue, the last block
+     * normalising, and leave proj alone: cuda_matmul.c says when); h [T,
+     * dim]. norm_w NULL: only
      * residual += proj (add), h untouched. Results equal that sequence
      * (bitwise on CPU and CUDA). */
     enum tern_status (*matmul_add_rmsnorm)(struct tern_backend *be, const struct tern_dtensor *x,

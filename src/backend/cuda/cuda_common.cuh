@@ -164,7 +164,9 @@ static __device__ __forceinline__ uint4 tk_ld_stream(const uint4 *p)
  *   2. every thread calls tk_pdl_wait(), and no thread returns early: a warp
  *      with no rows skips its work and still reaches step 4;
  *   3. store each finished output with tk_epi_store(epi, t, row, v) instead
- *      of writing y (tk_warp_rows_store takes an optional &epi and does so);
+ *      of writing y (tk_warp_rows_store takes an optional &epi and does so),
+ *      better with the residual loaded early (tk_epi_load after the PDL
+ *      wait, then tk_epi_store(epi, t, row, v, old));
  *   4. end with tk_epi_finish<BLOCK>(epi, n_tok) in every thread of every
  *      block (BLOCK = blockDim.x, a compile-time divisor of 256; n_tok = this
  *      launch's tokens; a 2-D/3-D grid counts all its blocks).
@@ -176,10 +178,24 @@ static __device__ __forceinline__ uint4 tk_ld_stream(const uint4 *p)
 #define TK_EPI_THREADS 256 /* k_add_rmsnorm's block size: the norm's summation order */
 #define TK_EPI_KMAX 16     /* elements per virtual thread kept in registers (dim <= 4096) */
 
+/* res[t, o] (+)= v as the BF16 proj would be added, in F32. The second form
+ * takes res[t, o] loaded earlier (tk_epi_load right after tk_pdl_wait, by
+ * the lane that will store it): the read's latency then hides behind the
+ * main loop instead of adding a memory round trip to every block's end. */
+static __device__ __forceinline__ float tk_epi_load(const tk_epi &e, int64_t t, int64_t o)
+{
+    return e.res[t * e.res_stride + o];
+}
+
+static __device__ __forceinline__ void tk_epi_store(const tk_epi &e, int64_t t, int64_t o, float v,
+                                                    float old)
+{
+    e.res[t * e.res_stride + o] = old + __bfloat162float(__float2bfloat16(v));
+}
+
 static __device__ __forceinline__ void tk_epi_store(const tk_epi &e, int64_t t, int64_t o, float v)
 {
-    float *r = e.res + t * e.res_stride + o;
-    *r = *r + __bfloat162float(__float2bfloat16(v)); /* the BF16 proj, added in F32 */
+    tk_epi_store(e, t, o, v, tk_epi_load(e, t, o));
 }
 
 /* Sum of the 256 virtual threads' partials in sh[0, 256) as tk_block_sum
@@ -260,15 +276,21 @@ static __device__ __forceinline__ void tk_epi_finish(const tk_epi &e, int n_tok)
     if (!e.norm_w) return;
     __shared__ float sh[TK_EPI_THREADS + 8];
     __shared__ unsigned is_last;
-    __threadfence(); /* this thread's residual stores, before the count */
+    /* The block's residual stores, then one release (the barrier makes them
+     * thread 0's; fence.acq_rel is cumulative) before the count, and one
+     * acquire after it in the last block: cooperative groups' grid-sync
+     * pattern (a __threadfence in every thread: 28.1 vs 27.4 us for the 8B
+     * o/down GEMVs under ncu; either way the epilogue costs ~7 us more than
+     * the plain GEMV's 11 / 30 us, docs/perf/cuda-model.md run 14). */
     __syncthreads();
     if (threadIdx.x == 0) {
         unsigned n_blocks = gridDim.x * gridDim.y * gridDim.z;
+        asm volatile("fence.acq_rel.gpu;" ::: "memory");
         is_last = atomicAdd(e.count, 1u) == n_blocks - 1;
+        if (is_last) asm volatile("fence.acq_rel.gpu;" ::: "memory");
     }
     __syncthreads();
     if (!is_last) return;
-    __threadfence(); /* every other block's stores, before the reads */
     for (int t = 0; t < n_tok; t++)
         tk_epi_norm_row<BLOCK>(e.res + t * e.res_stride, (bf16 *)e.h + t * e.h_stride, e.norm_w,
                                e.wdt, e.eps, e.dim, sh);

@@ -101,6 +101,9 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
     if (full) ld_step(wv, wr, c); /* weights only: safe before the wait */
     tk_pdl_wait();
     tk_pdl_launch();
+    float res_old = 0.0f; /* EPI: the residual this lane adds to, loaded early */
+    if (EPI && lane < GEMV_R * NT && row0 + lane / NT < out)
+        res_old = tk_epi_load(epi, lane % NT, row0 + lane / NT);
     while (full) {
 #pragma unroll
         for (int u = 0; u < U; u++)
@@ -151,7 +154,7 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
                 if (lane == r * NT + t && row0 + r < out) {
                     float v = acc[r][t];
                     if (bias) v += tk_ld(bias, bdt, row0 + r);
-                    if (EPI) tk_epi_store(epi, t, row0 + r, v);
+                    if (EPI) tk_epi_store(epi, t, row0 + r, v, res_old);
                     else tk_st(y, ydt, t * ys + row0 + r, v);
                 }
     }

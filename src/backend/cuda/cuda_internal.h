@@ -141,7 +141,8 @@ enum tern_status tern_cuda_kv_store(struct tern_backend *be, const struct tern_d
 /* Whether a fused op ("qkr": qk_rope_store, "glu": matmul_glu, "arn":
  * matmul_add_rmsnorm) uses its fused kernel, for comparisons:
  * TERN_CUDA_FUSE_OPS unset = all, "0" = none (the ops issue the unfused
- * sequence), else only those it names. */
+ * sequence), else only those it names. (The dense GEMV's "arn" epilogue
+ * is off unless named: cuda_matmul.c.) */
 static inline bool tern_cuda_fuse_ops(const char *which)
 {
     const char *e = getenv("TERN_CUDA_FUSE_OPS");

@@ -67,21 +67,62 @@ static __global__ void k_rmsnorm_warp(const T *x, int64_t xs, TO *out, int64_t o
         orow[i] = tk_from<TO>(tk_f(xr[i]) * inv * tk_ld(w, wdt, i));
 }
 
-/* One block per (row, group): for hidden-size norms. */
-template <typename T, typename TO>
+/* The register path of the hidden-size norms unless TERN_CUDA_NORM_REG=0
+ * (for comparison). */
+static bool add_norm_regs(void)
+{
+    static const bool on = [] {
+        const char *e = getenv("TERN_CUDA_NORM_REG");
+        return !(e && strcmp(e, "0") == 0);
+    }();
+    return on;
+}
+
+/* One block per (row, group): for hidden-size norms. PER > 0 (dim <= PER *
+ * blockDim.x): each thread loads its norm weights (before the PDL wait) and
+ * its elements into registers first, so all loads are in flight together,
+ * and writes from them (out may alias x: every read precedes the block sum);
+ * the sums are the loop's (PER = 0), in the same order. */
+template <typename T, typename TO, int PER>
 static __global__ void k_rmsnorm_block(const T *x, int64_t xs, TO *out, int64_t os, int64_t col0,
                                        int n_groups, int64_t dim, const void *w, int wdt, float eps)
 {
-    tk_pdl_wait();
-    tk_pdl_launch();
     __shared__ float red[32];
     int64_t row = blockIdx.x / n_groups, g = blockIdx.x % n_groups;
     const T *xr = x + row * xs + col0 + g * dim;
     TO *orow = out + row * os + col0 + g * dim;
     float ss = 0.0f;
+    if (PER > 0) {
+        float a[PER > 0 ? PER : 1], wv[PER > 0 ? PER : 1];
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+            wv[k] = i < dim ? tk_ld(w, wdt, i) : 0.0f;
+        }
+        tk_pdl_wait();
+        tk_pdl_launch();
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+            a[k] = i < dim ? tk_f(xr[i]) : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < PER; k++)
+            if (threadIdx.x + (int64_t)k * blockDim.x < dim) ss = __fmaf_rn(a[k], a[k], ss);
+        ss = tk_block_sum(ss, red);
+        float inv = rsqrtf(ss / (float)dim + eps);
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+            if (i < dim) orow[i] = tk_from<TO>(a[k] * inv * wv[k]);
+        }
+        return;
+    }
+    tk_pdl_wait();
+    tk_pdl_launch();
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
         float v = tk_f(xr[i]);
-        ss += v * v;
+        ss = __fmaf_rn(v, v, ss);
     }
     ss = tk_block_sum(ss, red);
     float inv = rsqrtf(ss / (float)dim + eps);
@@ -100,9 +141,15 @@ static cudaError_t rmsnorm_t(cudaStream_t st, const void *x, int64_t xs, void *o
     if (dim <= 512) {
         e = tk_launch(k_rmsnorm_warp<T, TO>, (unsigned)tk_cdiv(n, 8), 256, 0, st, (const T *)x, xs,
                       (TO *)out, os, col0, n_rows, n_groups, dim, w, wdt, eps);
+    } else if (add_norm_regs() && dim <= 16 * 256) {
+        e = tk_launch(k_rmsnorm_block<T, TO, 16>, (unsigned)n, 256, 0, st, (const T *)x, xs,
+                      (TO *)out, os, col0, n_groups, dim, w, wdt, eps);
+    } else if (add_norm_regs() && dim <= 32 * 256) {
+        e = tk_launch(k_rmsnorm_block<T, TO, 32>, (unsigned)n, 256, 0, st, (const T *)x, xs,
+                      (TO *)out, os, col0, n_groups, dim, w, wdt, eps);
     } else {
-        e = tk_launch(k_rmsnorm_block<T, TO>, (unsigned)n, 256, 0, st, (const T *)x, xs, (TO *)out,
-                      os, col0, n_groups, dim, w, wdt, eps);
+        e = tk_launch(k_rmsnorm_block<T, TO, 0>, (unsigned)n, 256, 0, st, (const T *)x, xs,
+                      (TO *)out, os, col0, n_groups, dim, w, wdt, eps);
     }
     return e;
 }
@@ -186,16 +233,6 @@ static __global__ void k_add_rmsnorm(TR *res, const T *x, T *out, int64_t dim, c
     /* Each thread rereads only the elements it wrote itself. */
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
         orow[i] = tk_from<T>(tk_f(rr[i]) * inv * tk_ld(w, wdt, i));
-}
-
-/* The register path unless TERN_CUDA_NORM_REG=0 (for comparison). */
-static bool add_norm_regs(void)
-{
-    static const bool on = [] {
-        const char *e = getenv("TERN_CUDA_NORM_REG");
-        return !(e && strcmp(e, "0") == 0);
-    }();
-    return on;
 }
 
 template <typename TR, typename T>
