@@ -15,10 +15,11 @@
  * 16-row tile) and shapes that give each K split (1, 2, 4, 8 warps per
  * tile); and for batch invariance: each token of a T = 8 launch bitwise
  * equal to the same token alone (T = 1), on both. v6 (cuda_quant_v6.cu,
- * the 4-bit default where it applies) is also forced by TERN_QUANT_KERNEL=v6
+ * opt-in) is forced by TERN_QUANT_KERNEL=v6
  * with shapes for 1, 2+ and 8 warps per tile; matmul_glu through the GLU
  * variants of v3 (default) and v6 must equal matmul + silu_mul bitwise
- * (test_glu).
+ * (test_glu); matmul_add_rmsnorm through v3's tk_epi variant bitwise the
+ * unfused matmul + add_rmsnorm (test_epi).
  *
  * Tolerances (max |diff| / max |ref|): the GEMV accumulates in float32 like
  * the CPU, in another order: 1e-4. The cuBLASLt path multiplies BF16-rounded
@@ -465,6 +466,83 @@ static void test_glu(void **state)
     check_glu(64, TERN_DTYPE_F16, 12, 4096);
 }
 
+/* matmul_add_rmsnorm on a quantized [dim, in] weight on gpu (the default:
+ * v3's tk_epi variant: the residual add in the epilogue, the last block's
+ * RMSNorm) bitwise equal to matmul into a BF16 proj then add_rmsnorm (or
+ * add, norm_w NULL): the residual and h, at T = 1..9 and 20 (passes of 8
+ * tokens, each with its own last block), with and without bias. */
+static void check_epi(int g, enum tern_dtype sdt, int64_t dim, int64_t in)
+{
+    struct qhost hq = qhost_make(dim, in, 4, g, sdt);
+    if (!mma_applies(4, g, sdt, in, dim)) fail_msg("epi g%d: v3 does not apply", g);
+    int64_t ws[1] = {dim};
+    uint16_t *wb = tern_malloc((size_t)dim * 2);
+    for (int64_t k = 0; k < dim; k++) wb[k] = tern_f32_to_bf16(1.0f + frand() * 0.5f);
+    struct tern_dtensor nw = up(gpu, TERN_DTYPE_BF16, 1, ws, wb);
+    for (int kb = 0; kb < 4; kb++) {
+        bool with_bias = kb & 1, with_norm = kb < 2;
+        struct tern_linear lg = lin_on(gpu, &hq, dim, in, 4, g, with_bias);
+        const int64_t Ts[] = {1, 2, 3, 5, 8, 9, 20};
+        for (int i = 0; i < 7; i++) {
+            int64_t T = Ts[i], xs[2] = {T, in}, rs[2] = {T, dim};
+            uint16_t *xb = tern_malloc((size_t)(T * in) * 2);
+            float *rb = tern_malloc((size_t)(T * dim) * 4);
+            for (int64_t k = 0; k < T * in; k++) xb[k] = tern_f32_to_bf16(frand() * 4.0f);
+            for (int64_t k = 0; k < T * dim; k++) rb[k] = frand() * 8.0f;
+            struct tern_dtensor x = up(gpu, TERN_DTYPE_BF16, 2, xs, xb);
+            struct tern_dtensor r1 = up(gpu, TERN_DTYPE_F32, 2, rs, rb);
+            struct tern_dtensor r2 = up(gpu, TERN_DTYPE_F32, 2, rs, rb);
+            struct tern_dtensor p1 = up(gpu, TERN_DTYPE_BF16, 2, rs, NULL);
+            struct tern_dtensor p2 = up(gpu, TERN_DTYPE_BF16, 2, rs, NULL);
+            struct tern_dtensor h1 = up(gpu, TERN_DTYPE_BF16, 2, rs, NULL);
+            struct tern_dtensor h2 = up(gpu, TERN_DTYPE_BF16, 2, rs, NULL);
+            const struct tern_dtensor *nwp = with_norm ? &nw : NULL;
+            ok(gpu->ops->matmul_add_rmsnorm(gpu, &x, &lg, &r1, &p1, nwp, 1e-5f, &h1));
+            ok(gpu->ops->matmul(gpu, &x, &lg, &p2, 0));
+            if (with_norm) ok(gpu->ops->add_rmsnorm(gpu, &r2, &p2, &nw, 1e-5f, &h2));
+            else ok(gpu->ops->add(gpu, &r2, &p2, &r2));
+            size_t rn = (size_t)(T * dim) * 4, hn = (size_t)(T * dim) * 2;
+            float *f1 = tern_malloc(rn), *f2 = tern_malloc(rn);
+            uint16_t *g1 = tern_malloc(hn), *g2 = tern_malloc(hn);
+            ok(gpu->ops->download(gpu, f1, &r1, rn));
+            ok(gpu->ops->download(gpu, f2, &r2, rn));
+            ok(gpu->ops->download(gpu, g1, &h1, hn));
+            ok(gpu->ops->download(gpu, g2, &h2, hn));
+            int64_t moved = 0, nz = 0;
+            for (int64_t k = 0; k < T * dim; k++) moved += f2[k] != rb[k], nz += g2[k] != 0;
+            if (memcmp(f1, f2, rn) != 0 || moved < T * dim / 2)
+                fail_msg("epi g%d T=%d bias %d norm %d: residual differs from matmul + add", g,
+                         (int)T, with_bias, with_norm);
+            if (with_norm && (memcmp(g1, g2, hn) != 0 || nz < T * dim / 2))
+                fail_msg("epi g%d T=%d bias %d: h differs from matmul + add_rmsnorm", g, (int)T,
+                         with_bias);
+            tern_free(f1), tern_free(f2), tern_free(g1), tern_free(g2);
+            tern_free(xb), tern_free(rb);
+            struct tern_dtensor *all[] = {&x, &r1, &r2, &p1, &p2, &h1, &h2};
+            for (int j = 0; j < 7; j++) tern_dtensor_free(gpu, all[j]);
+        }
+        lin_free(gpu, &lg);
+    }
+    printf("  b4 g%-3d %-4s epi [%d x %d] T=1..20 bitwise matmul + add_rmsnorm / add\n", g,
+           tern_dtype_name(sdt), (int)dim, (int)in);
+    tern_dtensor_free(gpu, &nw);
+    tern_free(wb);
+    tern_free(hq.q);
+    tern_free(hq.s);
+    tern_free(hq.b);
+    tern_free(hq.bias);
+}
+
+static void test_epi(void **state)
+{
+    (void)state;
+    if (!gpu) skip();
+    if (!gpu->ops->matmul_add_rmsnorm) fail_msg("the CUDA backend lacks matmul_add_rmsnorm");
+    check_epi(64, TERN_DTYPE_BF16, 4096, 1024);  /* a 4096-wide row: registers path of the norm */
+    check_epi(32, TERN_DTYPE_BF16, 784, 512);    /* not a multiple of 16 rows or 256 */
+    check_epi(128, TERN_DTYPE_F16, 5120, 1024);  /* wider than 16 x 256: the loop path */
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -502,6 +580,7 @@ int main(void)
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_gemv_all_t),
                                        cmocka_unit_test(test_all_combos),
                                        cmocka_unit_test(test_tall_dequant),
-                                       cmocka_unit_test(test_glu)};
+                                       cmocka_unit_test(test_glu),
+                                       cmocka_unit_test(test_epi)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -318,17 +318,13 @@ enum tern_status tern_cuda_matmul_glu(struct tern_backend *be, const struct tern
     return TERN_OK;
 }
 
-/* Whether matmul_add_rmsnorm takes the GEMV epilogue (tk_epi): a dense
- * BF16 GEMV-sized product (default mode), an F32 residual, BF16 proj and
- * h, all whole contiguous [T, out] rows; and only when TERN_CUDA_FUSE_OPS
- * names "arn": off by default, because on the H200 the last block's norm
- * added ~7.5 us to each 8B o/down GEMV, more than the add_rmsnorm it
- * replaces costs under graphs + PDL (219.9 vs 242.5 tok/s at batch 1, 651
- * vs 737 tok/s at 4 concurrent; docs/perf/cuda-model.md run 14). */
-static bool arn_fusable(struct tern_backend *be, const struct tern_dtensor *x,
-                        const struct tern_linear *w, const struct tern_dtensor *res,
-                        const struct tern_dtensor *proj, const struct tern_dtensor *norm_w,
-                        const struct tern_dtensor *h)
+/* Whether matmul_add_rmsnorm's operands suit the GEMV epilogue (tk_epi):
+ * default mode, BF16 x, an F32 residual, BF16 proj and h, all whole
+ * contiguous [T, out] rows. The weight's own kernel decides the rest. */
+static bool arn_operands_ok(struct tern_backend *be, const struct tern_dtensor *x,
+                            const struct tern_linear *w, const struct tern_dtensor *res,
+                            const struct tern_dtensor *proj, const struct tern_dtensor *norm_w,
+                            const struct tern_dtensor *h)
 {
     int64_t T = x->shape[0], out = w->out_features;
     bool rows = (int64_t)tern_dtensor_numel(res) == T * out &&
@@ -338,21 +334,30 @@ static bool arn_fusable(struct tern_backend *be, const struct tern_dtensor *x,
                              h->dtype == TERN_DTYPE_BF16 &&
                              (norm_w->dtype == TERN_DTYPE_F32 || norm_w->dtype == TERN_DTYPE_F16 ||
                               norm_w->dtype == TERN_DTYPE_BF16)));
+    return tern_cuda_fuse_ops("arn") && !be->deterministic && rows &&
+           res->dtype == TERN_DTYPE_F32 && proj->dtype == TERN_DTYPE_BF16 &&
+           x->dtype == TERN_DTYPE_BF16;
+}
+
+/* A dense BF16 weight: where the plain path takes the fast GEMV, and only
+ * when TERN_CUDA_FUSE_OPS names "arn": off by default, because on the H200
+ * the last block's norm added ~7.5 us to each 8B o/down GEMV, more than the
+ * add_rmsnorm it replaces costs under graphs + PDL (219.9 vs 242.5 tok/s at
+ * batch 1, 651 vs 737 tok/s at 4 concurrent; docs/perf/cuda-model.md run 14). */
+static bool arn_dense_ok(const struct tern_dtensor *x, const struct tern_linear *w)
+{
     const char *on = getenv("TERN_CUDA_FUSE_OPS");
-    return on && strstr(on, "arn") && !w->bits && !be->deterministic &&
-           T <= TERN_CUDA_GEMV_MAX_T && rows && res->dtype == TERN_DTYPE_F32 &&
-           proj->dtype == TERN_DTYPE_BF16 && x->dtype == TERN_DTYPE_BF16 &&
+    return on && strstr(on, "arn") && !w->bits && x->shape[0] <= TERN_CUDA_GEMV_MAX_T &&
            w->weight.dtype == TERN_DTYPE_BF16 &&
            tk_gemv_fast(tern_cuda_ptr(x), (int)x->dtype, w->in_features,
                         tern_cuda_ptr(&w->weight), (int)w->weight.dtype, w->in_features);
 }
 
-/* The GEMV with the residual + RMSNorm epilogue (tk_gemv_epi) where the
- * plain path would take the fast GEMV; else matmul into proj, then
- * add_rmsnorm (or add when norm_w is NULL). Both give the same bits, so
- * the choice, which depends on T, does not make a row depend on the batch.
- * Quantized weights take the unfused sequence until their GEMV adopts
- * tk_epi (a branch here, like tern_cuda_matmul's). */
+/* The GEMV with the residual + RMSNorm epilogue (tk_gemv_epi, or the
+ * quantized tensor-core GEMV's tk_qgemv_mma_epi) where the plain path would
+ * take that GEMV; else matmul into proj, then add_rmsnorm (or add when
+ * norm_w is NULL). Both give the same bits, so the choice, which depends on
+ * T, does not make a row depend on the batch. */
 enum tern_status tern_cuda_matmul_add_rmsnorm(struct tern_backend *be,
                                               const struct tern_dtensor *x,
                                               const struct tern_linear *w,
@@ -365,16 +370,22 @@ enum tern_status tern_cuda_matmul_add_rmsnorm(struct tern_backend *be,
     TERN_TRY(check_operands(x, w, proj, 0));
     int64_t T = x->shape[0], in = w->in_features, out = w->out_features;
     if (T == 0) return TERN_OK;
-    if (!arn_fusable(be, x, w, residual, proj, norm_w, h)) {
-        TERN_TRY(tern_cuda_matmul(be, x, w, proj, 0));
-        if (!norm_w) return be->ops->add(be, residual, proj, residual);
-        return be->ops->add_rmsnorm(be, residual, proj, norm_w, eps, h);
-    }
+    bool ok = arn_operands_ok(be, x, w, residual, proj, norm_w, h);
     struct tk_epi e = {.res = tern_cuda_ptr(residual), .res_stride = out,
                        .norm_w = norm_w ? tern_cuda_ptr(norm_w) : NULL,
                        .wdt = norm_w ? (int)norm_w->dtype : 0, .eps = eps,
                        .h = norm_w ? tern_cuda_ptr(h) : NULL, .h_stride = out, .dim = out,
                        .count = c->epi_count};
+    if (ok && w->bits) {
+        bool done = false;
+        TERN_TRY(tern_cuda_matmul_epi_quant(c, x, w, &e, &done));
+        if (done) return TERN_OK;
+    }
+    if (!ok || !arn_dense_ok(x, w)) {
+        TERN_TRY(tern_cuda_matmul(be, x, w, proj, 0));
+        if (!norm_w) return be->ops->add(be, residual, proj, residual);
+        return be->ops->add_rmsnorm(be, residual, proj, norm_w, eps, h);
+    }
     const void *bias = w->bias.buf ? tern_cuda_ptr(&w->bias) : NULL;
     cudaError_t err = tk_gemv_epi(c->stream, tern_cuda_ptr(x), in, tern_cuda_ptr(&w->weight), bias,
                                   bias ? (int)w->bias.dtype : 0, &e, T, in, out);

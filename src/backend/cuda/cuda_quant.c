@@ -23,7 +23,9 @@
  * TERN_QUANT_KERNEL=v1|v2|v3|v4|v5|v6 forces one GEMV where it applies (v1
  * is the fallback for every operand); the dequantize is v2 unless v1 is
  * asked for. matmul_glu of a weight that takes v3 or v6 runs that kernel's
- * GLU variant (silu_mul in the epilogue, bitwise the unfused ops).
+ * GLU variant (silu_mul in the epilogue, bitwise the unfused ops), and
+ * matmul_add_rmsnorm of one that takes v3 its tk_epi variant (residual add
+ * and the last block's RMSNorm in the epilogue, bitwise the unfused ops).
  * Depends on cuda_internal.h, cuda_quant.h.
  */
 #include "backend/cuda/cuda_quant.h"
@@ -162,6 +164,25 @@ enum tern_status tern_cuda_matmul_glu_quant(struct tern_cuda *c, const struct te
                              : tk_qgemv_mma_glu(c->stream, &m, xp, in, bias, bdt, act, act_stride,
                                                 T, in, out / 2);
     if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv*_glu", (int)e, __FILE__, __LINE__);
+    *done = true;
+    return TERN_OK;
+}
+
+enum tern_status tern_cuda_matmul_epi_quant(struct tern_cuda *c, const struct tern_dtensor *x,
+                                            const struct tern_linear *w, const struct tk_epi *e,
+                                            bool *done)
+{
+    *done = false;
+    TERN_TRY(check_quant(w, "matmul_add_rmsnorm"));
+    int64_t T = x->shape[0], in = w->in_features, out = w->out_features;
+    struct tk_qmat m = qmat_of(w);
+    const void *xp = tern_cuda_ptr(x);
+    if (quant_pick(c, x, &m, in, out) != 3 || !tk_qgemv_mma_ok(&m, xp, (int)x->dtype, in, in, out))
+        return TERN_OK;
+    const void *bias = w->bias.buf ? tern_cuda_ptr(&w->bias) : NULL;
+    cudaError_t err = tk_qgemv_mma_epi(c->stream, &m, xp, in, bias, bias ? (int)w->bias.dtype : 0,
+                                       e, T, in, out);
+    if (err != cudaSuccess) return tern_cuda_fail("tk_qgemv_mma_epi", (int)err, __FILE__, __LINE__);
     *done = true;
     return TERN_OK;
 }

@@ -9,6 +9,8 @@
 #ifndef TERN_CUDA_QUANT_H
 #define TERN_CUDA_QUANT_H
 
+#include "backend/cuda/cuda_epi.h"
+
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 
@@ -72,6 +74,12 @@ cudaError_t tk_qgemv_mma_split_as(cudaStream_t st, const struct tk_qmat *m, cons
 cudaError_t tk_qgemv_mma_glu(cudaStream_t st, const struct tk_qmat *m, const void *x,
                              int64_t x_stride, const void *bias, int bdt, void *act,
                              int64_t act_stride, int64_t n_tok, int64_t in, int64_t ff);
+/* The same as tk_qgemv_mma with the tk_epi epilogue (cuda_epi.h) instead of
+ * a y: res += bf16(x W^T) and the last block's rmsnorm of each launch's
+ * rows into h; e->dim == out. Launches of 8 tokens each. */
+cudaError_t tk_qgemv_mma_epi(cudaStream_t st, const struct tk_qmat *m, const void *x,
+                             int64_t x_stride, const void *bias, int bdt, const struct tk_epi *e,
+                             int64_t n_tok, int64_t in, int64_t out);
 /* 4-bit GEMV v6 (cuda_quant_v6.cu): tensor cores with (token, group)
  * columns, built for one token; bits 4, BF16 or F16 scales, group 32/64/128,
  * BF16 x, in % 128 == 0, in / group <= 1024, 16-byte aligned x and q, 4-byte
@@ -123,6 +131,13 @@ enum tern_status tern_cuda_matmul_quant(struct tern_cuda *c, const struct tern_d
 enum tern_status tern_cuda_matmul_glu_quant(struct tern_cuda *c, const struct tern_dtensor *x,
                                             const struct tern_linear *w, void *act,
                                             int64_t act_stride, bool *done);
+/* matmul_add_rmsnorm for a quantized w where matmul would take v3: the
+ * tk_epi epilogue e (its pointers at token 0) on tk_qgemv_mma, bitwise
+ * matmul into a BF16 proj then add_rmsnorm: *done tells whether it ran; if
+ * not, the caller runs the unfused ops. */
+enum tern_status tern_cuda_matmul_epi_quant(struct tern_cuda *c, const struct tern_dtensor *x,
+                                            const struct tern_linear *w, const struct tk_epi *e,
+                                            bool *done);
 /* get_rows on a quantized table: rows gathered and dequantized. */
 enum tern_status tern_cuda_get_rows_quant(struct tern_backend *be, const struct tern_linear *table,
                                           const struct tern_dtensor *idx,

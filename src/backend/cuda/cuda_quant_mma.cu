@@ -6,7 +6,11 @@
  * The 4-bit default of cuda_quant.c (every T up to 32, 8 per pass) where
  * tk_qgemv_mma_ok holds; TERN_QUANT_KERNEL=v3 forces it for 8 bits too.
  * tk_qgemv_mma_glu is the gate/up variant with silu_mul in the epilogue
- * (matmul_glu), bitwise this kernel into a BF16 gate_up then tk_silu_mul.
+ * (matmul_glu), bitwise this kernel into a BF16 gate_up then tk_silu_mul;
+ * tk_qgemv_mma_epi the variant with the tk_epi epilogue (residual add and
+ * the last block's RMSNorm: matmul_add_rmsnorm, cuda_common.cuh). Launched
+ * with PDL (tk_launch): each warp's first ring stages (weights and scales)
+ * are in flight before tk_pdl_wait, x is read after it.
  *
  * One mma.sync.m16n8k16 (bf16 in, f32 out): A = 16 weight rows x 16 k,
  * B = 16 k x 8 tokens (token n is column n; columns >= T are zeros),
@@ -234,12 +238,12 @@ static __device__ __forceinline__ void stage_compute(const unsigned char *slot, 
  * i0 + g and writes silu(gate) * up (BF16) rounded as tk_silu_mul would
  * from a BF16 gate_up: bitwise the plain kernel then silu_mul (each row's
  * sums do not depend on its place in the tile). */
-template <int BITS, int GROUP, int SDT, bool GLU>
+template <int BITS, int GROUP, int SDT, bool GLU, bool EPI>
 static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
     k_qgemv_mma(const bf16 *__restrict__ x, int xs, int n_tok, const uint32_t *__restrict__ q,
                 const uint16_t *__restrict__ sc, const uint16_t *__restrict__ bi,
                 const void *bias, int bdt, void *y, int ydt, int64_t ys, int in, int out,
-                int wsplit)
+                int wsplit, tk_epi epi)
 {
     typedef qm_cfg<BITS, GROUP> C;
     extern __shared__ __align__(16) unsigned char qm_ring[];
@@ -269,10 +273,12 @@ static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
     int n_mine = live && ks < n_steps ? (n_steps - 1 - ks) / wsplit + 1 : 0;
     unsigned char *ring = qm_ring + warp * (C::NST * C::STAGE);
 #pragma unroll
-    for (int i = 0; i < C::NST - 1; i++) {
+    for (int i = 0; i < C::NST - 1; i++) { /* weights and scales only: before the PDL wait */
         if (i < n_mine) stage_issue<BITS, GROUP>(ring + i * C::STAGE, q, qoff, sb_row, lane, ks + i * wsplit);
         cp_commit();
     }
+    tk_pdl_wait(); /* x (and the residual of EPI) come from earlier kernels */
+    tk_pdl_launch();
     int slot_c = 0, slot_i = C::NST - 1;
     for (int n = 0; n < n_mine; n++) {
         if (n + C::NST - 1 < n_mine)
@@ -292,13 +298,13 @@ static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
 #pragma unroll
         for (int i = 0; i < 4; i++) red[warp][lane][i] = acc[i];
         __syncthreads();
-        if (ks != 0) return;
-        for (int w = 1; w < wsplit; w++)
+        if (ks == 0)
+            for (int w = 1; w < wsplit; w++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) acc[i] += red[warp + w][lane][i];
+                for (int i = 0; i < 4; i++) acc[i] += red[warp + w][lane][i];
     }
-    if (!live) return;
-    if (GLU) {
+    if (!live || ks != 0) { /* EPI: every thread still reaches tk_epi_finish */
+    } else if (GLU) {
 #pragma unroll
         for (int c = 0; c < 2; c++) {
             int i = row0 + g, tok = 2 * t + c;
@@ -317,10 +323,12 @@ static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
             if (row < out && tok < n_tok) {
                 float v = acc[i];
                 if (bias) v += tk_ld(bias, bdt, row);
-                tk_st(y, ydt, tok * ys + row, v);
+                if (EPI) tk_epi_store(epi, tok, row, v);
+                else tk_st(y, ydt, tok * ys + row, v);
             }
         }
     }
+    if (EPI) tk_epi_finish<QM_WARPS * 32>(epi, n_tok);
 }
 
 static int qm_step_k(int bits, int group) { return bits == 4 || group == 128 ? 256 : 128; }
@@ -346,14 +354,15 @@ extern "C" int tk_qgemv_mma_ok(const struct tk_qmat *m, const void *x, int xdt, 
            ((uintptr_t)m->scales | (uintptr_t)m->biases) % (uintptr_t)salign == 0;
 }
 
-typedef void (*qm_fn)(cudaStream_t, const struct tk_qmat *, const void *, int, int, const void *,
-                      int, void *, int, int64_t, int, int, int);
+typedef cudaError_t (*qm_fn)(cudaStream_t, const struct tk_qmat *, const void *, int, int,
+                             const void *, int, void *, int, int64_t, int, int, int,
+                             const struct tk_epi *);
 
 /* out: rows (GLU: ff, the kernel covering 2 ff rows in 16-row tiles). */
-template <int BITS, int GROUP, int SDT, bool GLU>
-static void qm_launch(cudaStream_t st, const struct tk_qmat *m, const void *x, int xs, int n_tok,
-                      const void *bias, int bdt, void *y, int ydt, int64_t ys, int in, int out,
-                      int wsplit)
+template <int BITS, int GROUP, int SDT, bool GLU, bool EPI>
+static cudaError_t qm_launch(cudaStream_t st, const struct tk_qmat *m, const void *x, int xs,
+                             int n_tok, const void *bias, int bdt, void *y, int ydt, int64_t ys,
+                             int in, int out, int wsplit, const struct tk_epi *epi)
 {
     typedef qm_cfg<BITS, GROUP> C;
     int smem = QM_WARPS * C::NST * C::STAGE, dev = 0;
@@ -361,19 +370,23 @@ static void qm_launch(cudaStream_t st, const struct tk_qmat *m, const void *x, i
      * same value; not a stream operation, so legal while capturing a graph). */
     static unsigned attr_set;
     if (cudaGetDevice(&dev) == cudaSuccess && dev < 32 && !((attr_set >> dev) & 1u)) {
-        cudaFuncSetAttribute(k_qgemv_mma<BITS, GROUP, SDT, GLU>,
+        cudaFuncSetAttribute(k_qgemv_mma<BITS, GROUP, SDT, GLU, EPI>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         attr_set |= 1u << dev;
     }
     unsigned blocks = (unsigned)tk_cdiv(tk_cdiv(GLU ? 2 * (int64_t)out : out, 16), QM_WARPS / wsplit);
-    k_qgemv_mma<BITS, GROUP, SDT, GLU><<<blocks, QM_WARPS * 32, smem, st>>>(
-        (const bf16 *)x, xs, n_tok, (const uint32_t *)m->q, (const uint16_t *)m->scales,
-        (const uint16_t *)m->biases, bias, bdt, y, ydt, ys, in, out, wsplit);
+    struct tk_epi none = {};
+    return tk_launch(k_qgemv_mma<BITS, GROUP, SDT, GLU, EPI>, dim3(blocks), dim3(QM_WARPS * 32),
+                     (size_t)smem, st, (const bf16 *)x, xs, n_tok, (const uint32_t *)m->q,
+                     (const uint16_t *)m->scales, (const uint16_t *)m->biases, bias, bdt, y, ydt,
+                     ys, in, out, wsplit, EPI ? *epi : none);
 }
 
-#define QM_ROW(B, L)                                                                               \
-    {qm_launch<B, 32, TK_BF16, L>, qm_launch<B, 64, TK_BF16, L>, qm_launch<B, 128, TK_BF16, L>},  \
-        {qm_launch<B, 32, TK_F16, L>, qm_launch<B, 64, TK_F16, L>, qm_launch<B, 128, TK_F16, L>}
+#define QM_ROW(B, L, E)                                                                            \
+    {qm_launch<B, 32, TK_BF16, L, E>, qm_launch<B, 64, TK_BF16, L, E>,                            \
+     qm_launch<B, 128, TK_BF16, L, E>},                                                           \
+        {qm_launch<B, 32, TK_F16, L, E>, qm_launch<B, 64, TK_F16, L, E>,                          \
+         qm_launch<B, 128, TK_F16, L, E>}
 
 extern "C" cudaError_t tk_qgemv_mma(cudaStream_t st, const struct tk_qmat *m, const void *x,
                                     int64_t x_stride, const void *bias, int bdt, void *y, int ydt,
@@ -383,41 +396,62 @@ extern "C" cudaError_t tk_qgemv_mma(cudaStream_t st, const struct tk_qmat *m, co
                                  tk_qgemv_mma_split(m->bits, m->group, in, out));
 }
 
-extern "C" cudaError_t tk_qgemv_mma_split_as(cudaStream_t st, const struct tk_qmat *m,
-                                             const void *x, int64_t x_stride, const void *bias,
-                                             int bdt, void *y, int ydt, int64_t y_stride,
-                                             int64_t n_tok, int64_t in, int64_t out, int wsplit)
+/* The launches of 8 tokens each of one kernel variant: token t0's x row,
+ * y row t0 (y_stride elements of ydt apart) and, for EPI, residual / h
+ * rows t0. */
+static cudaError_t qm_passes(const qm_fn (&table)[2][2][3], cudaStream_t st,
+                             const struct tk_qmat *m, const void *x, int64_t x_stride,
+                             const void *bias, int bdt, void *y, int ydt, int64_t y_stride,
+                             int64_t n_tok, int64_t in, int64_t out, int wsplit,
+                             const struct tk_epi *epi)
 {
-    static const qm_fn table[2][2][3] = {{QM_ROW(4, false)}, {QM_ROW(8, false)}};
     if (n_tok <= 0 || out <= 0) return cudaSuccess;
     if (!(wsplit == 1 || wsplit == 2 || wsplit == 4 || wsplit == 8)) return cudaErrorInvalidValue;
     qm_fn f = table[m->bits == 8][m->sdt == TK_F16][m->group == 32 ? 0 : m->group == 64 ? 1 : 2];
     size_t ysz = ydt == TK_F32 ? 4 : 2;
     for (int64_t t0 = 0; t0 < n_tok; t0 += 8) {
         int nt = (int)(n_tok - t0 < 8 ? n_tok - t0 : 8);
-        f(st, m, (const bf16 *)x + t0 * x_stride, (int)x_stride, nt, bias, bdt,
-          (char *)y + (size_t)(t0 * y_stride) * ysz, ydt, y_stride, (int)in, (int)out, wsplit);
-        cudaError_t e = cudaPeekAtLastError();
-        if (e != cudaSuccess) return e;
+        struct tk_epi e = {};
+        if (epi) {
+            e = *epi;
+            e.res += t0 * e.res_stride;
+            if (e.h) e.h = (bf16 *)e.h + t0 * e.h_stride;
+        }
+        cudaError_t err = f(st, m, (const bf16 *)x + t0 * x_stride, (int)x_stride, nt, bias, bdt,
+                            y ? (char *)y + (size_t)(t0 * y_stride) * ysz : NULL, ydt, y_stride,
+                            (int)in, (int)out, wsplit, epi ? &e : NULL);
+        if (err != cudaSuccess) return err;
     }
     return cudaSuccess;
+}
+
+extern "C" cudaError_t tk_qgemv_mma_split_as(cudaStream_t st, const struct tk_qmat *m,
+                                             const void *x, int64_t x_stride, const void *bias,
+                                             int bdt, void *y, int ydt, int64_t y_stride,
+                                             int64_t n_tok, int64_t in, int64_t out, int wsplit)
+{
+    static const qm_fn table[2][2][3] = {{QM_ROW(4, false, false)}, {QM_ROW(8, false, false)}};
+    return qm_passes(table, st, m, x, x_stride, bias, bdt, y, ydt, y_stride, n_tok, in, out,
+                     wsplit, NULL);
 }
 
 extern "C" cudaError_t tk_qgemv_mma_glu(cudaStream_t st, const struct tk_qmat *m, const void *x,
                                         int64_t x_stride, const void *bias, int bdt, void *act,
                                         int64_t act_stride, int64_t n_tok, int64_t in, int64_t ff)
 {
-    static const qm_fn table[2][2][3] = {{QM_ROW(4, true)}, {QM_ROW(8, true)}};
-    if (n_tok <= 0 || ff <= 0) return cudaSuccess;
+    static const qm_fn table[2][2][3] = {{QM_ROW(4, true, false)}, {QM_ROW(8, true, false)}};
     /* the plain kernel's split for the [2 ff, in] weight: same windows per warp */
-    int wsplit = tk_qgemv_mma_split(m->bits, m->group, in, 2 * ff);
-    qm_fn f = table[m->bits == 8][m->sdt == TK_F16][m->group == 32 ? 0 : m->group == 64 ? 1 : 2];
-    for (int64_t t0 = 0; t0 < n_tok; t0 += 8) {
-        int nt = (int)(n_tok - t0 < 8 ? n_tok - t0 : 8);
-        f(st, m, (const bf16 *)x + t0 * x_stride, (int)x_stride, nt, bias, bdt,
-          (bf16 *)act + t0 * act_stride, TK_BF16, act_stride, (int)in, (int)ff, wsplit);
-        cudaError_t e = cudaPeekAtLastError();
-        if (e != cudaSuccess) return e;
-    }
-    return cudaSuccess;
+    return qm_passes(table, st, m, x, x_stride, bias, bdt, act, TK_BF16, act_stride, n_tok, in,
+                     ff, tk_qgemv_mma_split(m->bits, m->group, in, 2 * ff), NULL);
+}
+
+extern "C" cudaError_t tk_qgemv_mma_epi(cudaStream_t st, const struct tk_qmat *m, const void *x,
+                                        int64_t x_stride, const void *bias, int bdt,
+                                        const struct tk_epi *e, int64_t n_tok, int64_t in,
+                                        int64_t out)
+{
+    static const qm_fn table[2][2][3] = {{QM_ROW(4, false, true)}, {QM_ROW(8, false, true)}};
+    if (e->dim != out) return cudaErrorInvalidValue;
+    return qm_passes(table, st, m, x, x_stride, bias, bdt, NULL, TK_BF16, 0, n_tok, in, out,
+                     tk_qgemv_mma_split(m->bits, m->group, in, out), e);
 }
