@@ -318,9 +318,13 @@ enum tern_status tern_cuda_matmul_glu(struct tern_backend *be, const struct tern
     return TERN_OK;
 }
 
-/* Whether matmul_add_rmsnorm's operands suit the GEMV epilogue (tk_epi):
- * default mode, BF16 x, an F32 residual, BF16 proj and h, all whole
- * contiguous [T, out] rows. The weight's own kernel decides the rest. */
+/* Whether matmul_add_rmsnorm takes the GEMV epilogue (tk_epi): default
+ * mode, BF16 x, an F32 residual, BF16 proj and h, all whole contiguous
+ * [T, out] rows (the weight's own kernel decides the rest); and only when
+ * TERN_CUDA_FUSE_OPS names "arn": off by default, because on the H200 the
+ * last block's norm added ~7.5 us to each 8B o/down GEMV, more than the
+ * add_rmsnorm it replaces costs under graphs + PDL (219.9 vs 242.5 tok/s at
+ * batch 1, 651 vs 737 tok/s at 4 concurrent; docs/perf/cuda-model.md run 14). */
 static bool arn_operands_ok(struct tern_backend *be, const struct tern_dtensor *x,
                             const struct tern_linear *w, const struct tern_dtensor *res,
                             const struct tern_dtensor *proj, const struct tern_dtensor *norm_w,
@@ -334,7 +338,8 @@ static bool arn_operands_ok(struct tern_backend *be, const struct tern_dtensor *
                              h->dtype == TERN_DTYPE_BF16 &&
                              (norm_w->dtype == TERN_DTYPE_F32 || norm_w->dtype == TERN_DTYPE_F16 ||
                               norm_w->dtype == TERN_DTYPE_BF16)));
-    return tern_cuda_fuse_ops("arn") && !be->deterministic && rows &&
+    const char *on = getenv("TERN_CUDA_FUSE_OPS");
+    return on && strstr(on, "arn") && !be->deterministic && rows &&
            res->dtype == TERN_DTYPE_F32 && proj->dtype == TERN_DTYPE_BF16 &&
            x->dtype == TERN_DTYPE_BF16;
 }
