@@ -344,15 +344,10 @@ static bool arn_operands_ok(struct tern_backend *be, const struct tern_dtensor *
            x->dtype == TERN_DTYPE_BF16;
 }
 
-/* A dense BF16 weight: where the plain path takes the fast GEMV, and only
- * when TERN_CUDA_FUSE_OPS names "arn": off by default, because on the H200
- * the last block's norm added ~7.5 us to each 8B o/down GEMV, more than the
- * add_rmsnorm it replaces costs under graphs + PDL (219.9 vs 242.5 tok/s at
- * batch 1, 651 vs 737 tok/s at 4 concurrent; docs/perf/cuda-model.md run 14). */
+/* A dense BF16 weight: where the plain path takes the fast GEMV. */
 static bool arn_dense_ok(const struct tern_dtensor *x, const struct tern_linear *w)
 {
-    const char *on = getenv("TERN_CUDA_FUSE_OPS");
-    return on && strstr(on, "arn") && !w->bits && x->shape[0] <= TERN_CUDA_GEMV_MAX_T &&
+    return !w->bits && x->shape[0] <= TERN_CUDA_GEMV_MAX_T &&
            w->weight.dtype == TERN_DTYPE_BF16 &&
            tk_gemv_fast(tern_cuda_ptr(x), (int)x->dtype, w->in_features,
                         tern_cuda_ptr(&w->weight), (int)w->weight.dtype, w->in_features);
