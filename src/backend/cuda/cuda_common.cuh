@@ -215,24 +215,41 @@ static __device__ __forceinline__ float tk_epi_sum256(float *sh)
     return s;
 }
 
-/* h = rmsnorm(r) * w for one row of dim floats (r written by other blocks:
- * read through L2). Registers first when dim <= TK_EPI_KMAX * 256. */
+/* This thread's norm weights for tk_epi_norm_row's register path (element
+ * tid + v * BLOCK + k * 256 in wv[v][k]). */
 template <int BLOCK>
-static __device__ __forceinline__ void tk_epi_norm_row(const float *r, bf16 *h, const void *w,
-                                                       int wdt, float eps, int64_t dim, float *sh)
+static __device__ __forceinline__ void
+tk_epi_norm_w(const void *w, int wdt, int64_t dim,
+              float (&wv)[TK_EPI_THREADS / BLOCK][TK_EPI_KMAX])
+{
+#pragma unroll
+    for (int v = 0; v < TK_EPI_THREADS / BLOCK; v++)
+#pragma unroll
+        for (int k = 0; k < TK_EPI_KMAX; k++) {
+            int64_t i = threadIdx.x + v * BLOCK + (int64_t)k * TK_EPI_THREADS;
+            wv[v][k] = i < dim ? tk_ld(w, wdt, i) : 0.0f;
+        }
+}
+
+/* h = rmsnorm(r) * w for one row of dim floats (r written by other blocks:
+ * read through L2). Registers first when dim <= TK_EPI_KMAX * 256, with the
+ * norm weights already in wv (tk_epi_norm_w). */
+template <int BLOCK>
+static __device__ __forceinline__ void
+tk_epi_norm_row(const float *r, bf16 *h, const void *w, int wdt, float eps, int64_t dim,
+                float *sh, const float (&wv)[TK_EPI_THREADS / BLOCK][TK_EPI_KMAX])
 {
     static_assert(TK_EPI_THREADS % BLOCK == 0, "the block must divide 256 threads");
     constexpr int V = TK_EPI_THREADS / BLOCK;
     int tid = threadIdx.x;
     if (dim <= (int64_t)TK_EPI_KMAX * TK_EPI_THREADS) {
-        float a[V][TK_EPI_KMAX], wv[V][TK_EPI_KMAX];
+        float a[V][TK_EPI_KMAX];
 #pragma unroll
         for (int v = 0; v < V; v++)
 #pragma unroll
             for (int k = 0; k < TK_EPI_KMAX; k++) {
                 int64_t i = tid + v * BLOCK + (int64_t)k * TK_EPI_THREADS;
                 a[v][k] = i < dim ? __ldcg(r + i) : 0.0f;
-                wv[v][k] = i < dim ? tk_ld(w, wdt, i) : 0.0f;
             }
 #pragma unroll
         for (int v = 0; v < V; v++) {
@@ -276,6 +293,13 @@ static __device__ __forceinline__ void tk_epi_finish(const tk_epi &e, int n_tok)
     if (!e.norm_w) return;
     __shared__ float sh[TK_EPI_THREADS + 8];
     __shared__ unsigned is_last;
+    /* Every block loads the norm weights (8 KB for the 8B's 4096) before it
+     * counts itself in, so the last one has them when it learns it is last
+     * (they come from DRAM after the weight stream; the count's round trip
+     * hides that load). Compiled, not yet measured on a device. */
+    float wv[TK_EPI_THREADS / BLOCK][TK_EPI_KMAX];
+    if (e.dim <= (int64_t)TK_EPI_KMAX * TK_EPI_THREADS)
+        tk_epi_norm_w<BLOCK>(e.norm_w, e.wdt, e.dim, wv);
     /* The block's residual stores, then one release (the barrier makes them
      * thread 0's; fence.acq_rel is cumulative) before the count, and one
      * acquire after it in the last block: cooperative groups' grid-sync
@@ -293,7 +317,7 @@ static __device__ __forceinline__ void tk_epi_finish(const tk_epi &e, int n_tok)
     if (!is_last) return;
     for (int t = 0; t < n_tok; t++)
         tk_epi_norm_row<BLOCK>(e.res + t * e.res_stride, (bf16 *)e.h + t * e.h_stride, e.norm_w,
-                               e.wdt, e.eps, e.dim, sh);
+                               e.wdt, e.eps, e.dim, sh, wv);
     if (threadIdx.x == 0) *e.count = 0;
 }
 
