@@ -9,7 +9,8 @@
 # the 64-sequence runs, GPU_CHECK_BENCH=0 skips the model and benches,
 # GPU_CHECK_RACECHECK=1 runs test_ops_cuda under compute-sanitizer racecheck,
 # GPU_CHECK_LONG=1 adds a 2048-token prompt bench (prefill) per model,
-# GPU_CHECK_Q4_KERNELS="v4 v1" adds 4-bit batch-1 runs with those GEMVs,
+# GPU_CHECK_Q4_KERNELS="v4 v1 TERN_CUDA_FUSE_OPS=qkr,glu,arn" adds 4-bit batch-1 runs
+# with those GEMVs (or that environment setting),
 # GPU_CHECK_KEEP=1 leaves the models in /tmp/tern-llama8b{,-q4}, GPU_CHECK_MODELS="q4:/tmp/tern-llama8b-q4"
 # benches only the 4-bit model.
 set -uo pipefail
@@ -46,10 +47,12 @@ for m in ${GPU_CHECK_MODELS:-bf16:$MODEL q4:$Q}; do
   cr timeout 60 $C/tern bench --model "$d" --device cuda --prompt-len 512 --gen 64 --reps 3 \
     --json >"$OUT/single_$n.json" 2>"$OUT/single_$n.err"; echo "single $n rc=$?"
   if [ $n = q4 ]; then # GPU_CHECK_Q4_KERNELS="v4 v1": batch 1 with other GEMV versions
-    for k in ${GPU_CHECK_Q4_KERNELS:-}; do
-      TERN_QUANT_KERNEL=$k cr timeout 60 $C/tern bench --model "$d" --device cuda --prompt-len 512 \
-        --gen 64 --reps 3 --json >"$OUT/single_q4_$k.json" 2>"$OUT/single_q4_$k.err"
-      echo "single q4 $k rc=$? $(python3 -c "import json,sys; print('%.1f tok/s' % json.load(open(sys.argv[1]))['decode_tok_s'])" "$OUT/single_q4_$k.json" 2>/dev/null)"
+    for k in ${GPU_CHECK_Q4_KERNELS:-}; do # "v6" or an environment setting "NAME=value"
+      case $k in *=*) e=$k f=$(echo "$k" | tr -c 'A-Za-z0-9_\n' _) ;; *) e=TERN_QUANT_KERNEL=$k f=$k ;; esac
+      env "$e" LD_LIBRARY_PATH=$C:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} timeout 60 $C/tern bench \
+        --model "$d" --device cuda --prompt-len 512 \
+        --gen 64 --reps 3 --json >"$OUT/single_q4_$f.json" 2>"$OUT/single_q4_$f.err"
+      echo "single q4 $k rc=$? $(python3 -c "import json,sys; print('%.1f tok/s' % json.load(open(sys.argv[1]))['decode_tok_s'])" "$OUT/single_q4_$f.json" 2>/dev/null)"
     done
   fi
   if [ "${GPU_CHECK_LONG:-0}" = 1 ]; then

@@ -9,7 +9,9 @@
 #      kernels of one decode step, grouped by name, with their sum;
 #   3. ncu's memory / warp-state sections for the decode GEMVs of the first
 #      decode step (qkv, o, gate_up, down) and the lm_head.
-# Env: PROFILE_MODELS="q4 bf16", PROFILE_PROBE=1, PROFILE_SECTIONS=1.
+# Env: PROFILE_MODELS="q4 bf16" (models made), PROFILE_STEP_MODELS (step tables; default
+# PROFILE_MODELS, "" for none), PROFILE_PROBE=1, PROFILE_SECTIONS=1, PROFILE_SPECS (which
+# kernels get sections: model:kernel:skip:count[:NAME=value]), PROFILE_SEC (ncu sections).
 # Logs under $OUT; the tables print to stdout.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +43,7 @@ if want q4 && [ ! -d "$Q" ]; then
     >"$OUT/quantize.log" 2>&1; echo "quantize rc=$?"
 fi
 [ -z "$NCU" ] && exit 0
-for n in ${PROFILE_MODELS:-q4 bf16}; do
+for n in ${PROFILE_STEP_MODELS-${PROFILE_MODELS:-q4 bf16}}; do
   d=$MODEL; [ $n = q4 ] && d=$Q
   # every kernel's duration: prompt 64 (prefill), then 4 decode steps, op by op
   TERN_CUDA_GRAPHS=0 cr timeout 240 "$NCU" --clock-control none --cache-control none \
@@ -52,16 +54,19 @@ for n in ${PROFILE_MODELS:-q4 bf16}; do
   python3 scripts/ncu-step-table.py "$OUT/ncu_step_$n.csv"
 done
 if [ "${PROFILE_SECTIONS:-1}" = 1 ]; then
-  SEC="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section LaunchStats --section Occupancy"
-  for spec in "q4:k_qgemv_mma:0:4" "q4:k_qgemv_mma:128:1" "bf16:k_gemv_bf16:0:4" "bf16:k_gemv_bf16:128:1"; do
-    IFS=: read -r n k skip cnt <<<"$spec"
+  SEC=${PROFILE_SEC:-"--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section LaunchStats --section Occupancy"}
+  # model:kernel:launches skipped:launches profiled[:NAME=value set for the run]
+  for spec in ${PROFILE_SPECS:-q4:k_qgemv_mma:0:4 q4:k_qgemv_mma:128:1 bf16:k_gemv_bf16:0:4 bf16:k_gemv_bf16:128:1}; do
+    IFS=: read -r n k skip cnt ev <<<"$spec"
     want $n || continue
     d=$MODEL; [ $n = q4 ] && d=$Q
     f="$OUT/ncu_${n}_${k}_${skip}.txt"
-    TERN_CUDA_GRAPHS=0 cr timeout 200 "$NCU" --clock-control none $SEC --kernel-name "$k" \
+    env ${ev:-PROFILE_NOTHING=1} TERN_CUDA_GRAPHS=0 LD_LIBRARY_PATH=$C:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} \
+      timeout 200 "$NCU" --clock-control none $SEC --kernel-name "$k" \
       --launch-skip "$skip" --launch-count "$cnt" \
       $C/tern bench --model "$d" --device cuda --prompt-len 64 --gen 2 --reps 1 >"$f" 2>&1
     echo "== ncu sections $n $k skip $skip rc=$?"
+    if [ -n "${PROFILE_SUMMARY:-}" ]; then python3 scripts/ncu-stalls.py "$f"; continue; fi
     grep -E "^  [a-z_]+.*\(|Grid Size|Duration|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Achieved Occupancy|Registers Per|Issued Warp|No Eligible|Warp Cycles Per Issued|Stall|Mem Busy|Max Bandwidth|L1/TEX Cache Throughput|L2 Cache Throughput|Compute \(SM\) Throughput|Est\. Speedup|Theoretical Occupancy|Block Limit" "$f" | head -${PROFILE_LINES:-60}
   done
 fi
