@@ -70,8 +70,8 @@ static __device__ __forceinline__ void ld_step(uint4 (&wv)[U][GEMV_R],
  * silu(gate) * up (BF16) to column i of y; bias, if any, is [2 out].
  * PDL (cuda_common.cuh): the first weight loads are issued before the wait,
  * so weight streaming overlaps the previous kernel's tail. */
-template <int NT, bool GLU, int U, bool EPI, int MINB = 1>
-static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB)
+template <int NT, bool GLU, int U, bool EPI>
+static __global__ void __launch_bounds__(GEMV_WARPS * 32)
     k_gemv_bf16(const uint4 *x, int64_t xs, const uint4 *w, const void *bias, int bdt, void *y,
                 int ydt, int64_t ys, int64_t n_chunks, int64_t out, tk_epi epi)
 {
@@ -199,30 +199,12 @@ static bool gemv_u1_default(void)
     return on;
 }
 
-/* TERN_GEMV_OCC=3 (lab): the one-token kernels bounded to 3 blocks per SM. */
-static bool gemv_occ3(void)
-{
-    static const bool on = [] {
-        const char *e = getenv("TERN_GEMV_OCC");
-        return e && strcmp(e, "3") == 0;
-    }();
-    return on;
-}
-
 template <int NT, bool GLU, bool EPI>
 static cudaError_t gemv_launch(cudaStream_t st, const bf16 *x, int64_t xs, const bf16 *w,
                                const void *bias, int bdt, void *y, int ydt, int64_t ys, int64_t in,
                                int64_t out, const tk_epi &epi)
 {
     unsigned blocks = (unsigned)tk_cdiv(out, (GLU ? 1 : GEMV_R) * GEMV_WARPS);
-    if (NT == 1 && !EPI && gemv_occ3()) /* lab: 3 blocks per SM (<= 80 registers) */
-        return gemv_u1_default()
-                   ? tk_launch(k_gemv_bf16<1, GLU, GEMV_U1, false, 3>, blocks, GEMV_WARPS * 32, 0,
-                               st, (const uint4 *)x, xs / 8, (const uint4 *)w, bias, bdt, y, ydt,
-                               ys, in / 8, out, epi)
-                   : tk_launch(k_gemv_bf16<1, GLU, GEMV_U, false, 3>, blocks, GEMV_WARPS * 32, 0,
-                               st, (const uint4 *)x, xs / 8, (const uint4 *)w, bias, bdt, y, ydt,
-                               ys, in / 8, out, epi);
     if (NT == 1 && gemv_u1_default())
         return tk_launch(k_gemv_bf16<NT, GLU, GEMV_U1, EPI>, blocks, GEMV_WARPS * 32, 0, st,
                          (const uint4 *)x, xs / 8, (const uint4 *)w, bias, bdt, y, ydt, ys, in / 8,
