@@ -367,7 +367,9 @@ enum tern_status tern_tokenize(const struct tern_tokenizer *tok, const char *tex
                                bool add_special, int32_t **ids, size_t *n_ids);
 
 /* Decodes ids into UTF-8 text (new NUL-terminated buffer, tern_free_buf).
- * Special tokens are dropped when `skip_special`. */
+ * Special tokens are dropped when `skip_special`. An id outside [0,
+ * tern_tokenizer_vocab_size) is an error; one inside it that names no token
+ * (a gap in the vocab's ids) decodes to nothing, as in the tokenizers library. */
 enum tern_status tern_detokenize(const struct tern_tokenizer *tok, const int32_t *ids, size_t n_ids,
                                  bool skip_special, char **text, size_t *len);
 

@@ -223,10 +223,18 @@ static enum tern_status apply_decoder(const struct tern_tokenizer *tok, const st
 static enum tern_status check_ids(const struct tern_tokenizer *tok, const int32_t *ids, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= tok->vocab.n || tok->vocab.off[ids[i]] == UINT32_MAX)
+        if (ids[i] < 0 || ids[i] >= tok->vocab.n)
             return tern_error(TERN_E_INVALID_ARG, "token id %d out of range (vocab size %d)",
                               ids[i], tok->vocab.n);
     return TERN_OK;
+}
+
+/* An id inside the vocab's range that names no token (a gap in the ids,
+ * which a post-processor's special_tokens may still emit): it decodes to
+ * nothing, as in the tokenizers library. */
+static bool id_is_gap(const struct tern_tokenizer *tok, int32_t id)
+{
+    return tok->vocab.off[id] == UINT32_MAX;
 }
 
 /* Decodes ids (already filtered for skip_special) into *out (replaced). */
@@ -277,7 +285,8 @@ enum tern_status tern_detokenize(const struct tern_tokenizer *tok, const int32_t
     if (!kept) return TERN_E_NO_MEMORY;
     size_t n = 0;
     for (size_t i = 0; i < n_ids; i++)
-        if (!skip_special || !tern_tokenizer_is_special(tok, ids[i])) kept[n++] = ids[i];
+        if (!id_is_gap(tok, ids[i]) && (!skip_special || !tern_tokenizer_is_special(tok, ids[i])))
+            kept[n++] = ids[i];
     struct tern_str out = {0};
     enum tern_status st = decode_window(tok, kept, n, true, false, &out);
     tern_free(kept);
@@ -361,6 +370,7 @@ enum tern_status tern_detok_stream_push(struct tern_detok_stream *s, int32_t id,
     *piece = "";
     *piece_len = 0;
     TERN_TRY(check_ids(s->tok, &id, 1));
+    if (id_is_gap(s->tok, id)) return TERN_OK;
     if (s->skip_special && tern_tokenizer_is_special(s->tok, id)) return TERN_OK;
     TERN_TRY(tern_grow((void **)&s->ids, &s->cap, s->n + 1, sizeof *s->ids));
     s->ids[s->n++] = id;
