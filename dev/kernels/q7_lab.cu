@@ -1,0 +1,382 @@
+/*
+ * q7_lab.cu — kernel lab for issue 7: a 4-bit (g64, bf16 scales) decode
+ * GEMV on weights REPACKED once into the mma.m16n8k16 fragment order, to
+ * cut the instructions per weight that limit every GEMV on the MLX layout
+ * (docs/perf/quant.md: v3 / v6 run ~0.12 warp instructions per weight and
+ * stall on a math pipe; <= ~0.05 is needed to stream 4.2 TB/s).
+ *
+ * Repacked layout (k_q7_repack, from MLX's [out, in/8] words): 16-row tile
+ * tau, group G (64 k), lane L = 4 g + t, word s (the group's k-step s, 16 k):
+ *   frag[((tau * nG + G) * 32 + L) * 4 + s], nibbles, with k_i = 64 G + 16 s + 4 t + i,
+ *   r0 = 16 tau + g, r1 = r0 + 8:
+ *     nib0 = q[r0][k0]  nib4 = q[r0][k1]  nib1 = q[r1][k0]  nib5 = q[r1][k1]
+ *     nib2 = q[r0][k2]  nib6 = q[r0][k3]  nib3 = q[r1][k2]  nib7 = q[r1][k3]
+ * so ((w >> 4 j) & 0x000F000F) | 0x43004300 is fragment register a_j as
+ * bf16 pairs (128 + q) for j = 0..3 (a0 = A[g][2t, 2t+1], a1 = A[g+8][..],
+ * a2 = A[g][2t+8, 2t+9], a3 = A[g+8][..]) with MMA k-slots (2t, 2t+1, 2t+8,
+ * 2t+9) standing for real k (4t, 4t+1, 4t+2, 4t+3): B is then x[kb + 4t ..
+ * + 3] of token g, ONE 8-byte load in natural order (no PRMT), and a warp's
+ * 16-byte load per lane is 512 contiguous bytes (one group of a tile).
+ *   sb[(tau * nG + G) * 8 + g] = {s[r0] | s[r1] << 16, b[r0] | b[r1] << 16}.
+ * Per group: 4 k-steps x (7 unpack ops, 1 x load, MMA for the sums, MMA with
+ * A = 1 for sum x), then v3's fold acc += s C + (b - 128 s) X. K is split
+ * over W warps of a block (summed in warp order through shared memory), as
+ * in v3; U groups in flight per warp.
+ *
+ * The lab checks v7 against v3 (cuda_quant_mma.cu, included) at T = 1 and 8,
+ * v7's batch invariance (each token of T = 8 bitwise the token alone), and
+ * times v3 and v7 (U, W sweep) on the Llama-3.1-8B shapes against the copy
+ * rate of the same run (medians of 9 x 20 launches cycling through >= 300 MB
+ * of weight copies). Written 2026-11-30 without device time: not yet run.
+ *
+ * Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I src \
+ *          dev/kernels/q7_lab.cu -o q7_lab
+ * Run:   ./q7_lab
+ */
+#include "backend/cuda/cuda_quant_mma.cu"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#define CK(x)                                                                                      \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) {                                                                   \
+            printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__);       \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* ---------------------------------------------------------------- repack */
+
+static __global__ void k_q7_repack(const uint32_t *q, const uint16_t *sc, const uint16_t *bi,
+                                   int out, int in, uint4 *frag, uint2 *sb)
+{
+    int nG = in / 64, tiles = (out + 15) / 16;
+    int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id >= (int64_t)tiles * nG * 32) return;
+    int L = (int)(id % 32), g = L >> 2, t = L & 3;
+    int64_t tg = id / 32;
+    int G = (int)(tg % nG), tau = (int)(tg / nG);
+    int r0 = 16 * tau + g, r1 = r0 + 8, wpr = in / 8;
+    uint32_t w4[4];
+    for (int s = 0; s < 4; s++) {
+        int k0 = 64 * G + 16 * s + 4 * t, off = k0 % 8;
+        uint32_t m0 = r0 < out ? q[(int64_t)r0 * wpr + k0 / 8] >> (4 * off) : 0u;
+        uint32_t m1 = r1 < out ? q[(int64_t)r1 * wpr + k0 / 8] >> (4 * off) : 0u;
+        uint32_t n0[4], n1[4];
+        for (int i = 0; i < 4; i++) n0[i] = (m0 >> (4 * i)) & 15u, n1[i] = (m1 >> (4 * i)) & 15u;
+        w4[s] = n0[0] | n1[0] << 4 | n0[2] << 8 | n1[2] << 12 | n0[1] << 16 | n1[1] << 20 |
+                n0[3] << 24 | n1[3] << 28;
+    }
+    frag[id] = make_uint4(w4[0], w4[1], w4[2], w4[3]);
+    if (t == 0) {
+        auto h = [&](const uint16_t *p, int r) { return r < out ? (uint32_t)p[(int64_t)r * nG + G] : 0u; };
+        sb[tg * 8 + g] = make_uint2(h(sc, r0) | h(sc, r1) << 16, h(bi, r0) | h(bi, r1) << 16);
+    }
+}
+
+/* ---------------------------------------------------------------- GEMV */
+
+#define Q7_WARPS 8
+
+template <int U, int W>
+static __global__ void __launch_bounds__(Q7_WARPS * 32)
+    k_q7(const uint4 *__restrict__ frag, const uint2 *__restrict__ sb, const bf16 *__restrict__ x,
+         int xs, int n_tok, float *y, int ys, int out, int nG)
+{
+    __shared__ float red[Q7_WARPS][32][4];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    int ks = warp % W, tile = blockIdx.x * (Q7_WARPS / W) + warp / W;
+    bool live = tile * 16 < out;
+    const uint4 *fp = frag + (size_t)tile * nG * 32 + lane;
+    const uint2 *sp = sb + (size_t)tile * nG * 8 + g;
+    bool has_x = g < n_tok;
+    const bf16 *xl = x + (size_t)(has_x ? g : 0) * xs + 4 * t;
+    int n_mine = live && ks < nG ? (nG - 1 - ks) / W + 1 : 0;
+    const uint32_t one = 0x3F803F80u;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    uint4 wv[U];
+    uint2 sv[U];
+    /* running pointers: the next group to load, the x of the group in use */
+    const uint4 *fn = fp + (size_t)ks * 32;
+    const uint2 *sn = sp + (size_t)ks * 8;
+    const bf16 *xc = xl + 64 * ks;
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        if (u < n_mine) wv[u] = tk_ld_stream(fn), sv[u] = __ldg(sn), fn += 32 * W, sn += 8 * W;
+    for (int n = 0; n < n_mine; n += U) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (n + u >= n_mine) break;
+            uint32_t ww[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
+            uint2 s = sv[u];
+            if (n + u + U < n_mine)
+                wv[u] = tk_ld_stream(fn), sv[u] = __ldg(sn), fn += 32 * W, sn += 8 * W;
+            float cg[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xg[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                uint2 xv = has_x ? __ldg((const uint2 *)(xc + 16 * k)) : make_uint2(0, 0);
+                mma(cg, apair(ww[k], 0), apair(ww[k], 1), apair(ww[k], 2), apair(ww[k], 3), xv.x,
+                    xv.y);
+                mma(xg, one, one, one, one, xv.x, xv.y);
+            }
+            xc += 64 * W;
+            float s0 = __uint_as_float(s.x << 16), s1 = __uint_as_float(s.x & 0xffff0000u);
+            float o0 = fmaf(-128.0f, s0, __uint_as_float(s.y << 16));
+            float o1 = fmaf(-128.0f, s1, __uint_as_float(s.y & 0xffff0000u));
+            acc[0] = fmaf(o0, xg[0], fmaf(s0, cg[0], acc[0]));
+            acc[1] = fmaf(o0, xg[1], fmaf(s0, cg[1], acc[1]));
+            acc[2] = fmaf(o1, xg[2], fmaf(s1, cg[2], acc[2]));
+            acc[3] = fmaf(o1, xg[3], fmaf(s1, cg[3], acc[3]));
+        }
+    }
+    if (W > 1) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) red[warp][lane][i] = acc[i];
+        __syncthreads();
+        if (ks != 0) return;
+        for (int w = 1; w < W; w++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[i] += red[warp + w][lane][i];
+    }
+    if (!live) return;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int row = tile * 16 + g + (i >> 1) * 8, tok = 2 * t + (i & 1);
+        if (row < out && tok < n_tok) y[(size_t)tok * ys + row] = acc[i];
+    }
+}
+
+template <int U, int W>
+static void q7_run(const uint4 *frag, const uint2 *sb, const bf16 *x, int in, int n_tok, float *y,
+                   int out)
+{
+    unsigned blocks = (unsigned)(((out + 15) / 16 + Q7_WARPS / W - 1) / (Q7_WARPS / W));
+    k_q7<U, W><<<blocks, Q7_WARPS * 32>>>(frag, sb, x, in, n_tok, y, out, out, in / 64);
+}
+
+/* ---------------------------------------------------------------- lab */
+
+static __global__ void k_fill(uint32_t *p, size_t n, uint32_t seed, uint32_t mask, uint32_t orv)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13, h *= 3266489917u, h ^= h >> 16;
+        p[i] = (h & mask) | orv;
+    }
+}
+
+static void fill(void *p, size_t bytes, uint32_t seed, uint32_t mask, uint32_t orv)
+{
+    k_fill<<<1024, 256>>>((uint32_t *)p, bytes / 4, seed, mask, orv);
+    CK(cudaGetLastError());
+}
+
+struct copy1 {
+    tk_qmat m;
+    uint4 *frag;
+    uint2 *sb;
+};
+
+struct wset {
+    int out, in, nc;
+    size_t bytes;
+    std::vector<copy1> c;
+    bf16 *x;
+    float *y;
+};
+
+static wset make(int out, int in)
+{
+    wset w;
+    w.out = out, w.in = in;
+    size_t qb = (size_t)out * in / 2, sbb = (size_t)out * (in / 64) * 2;
+    size_t tiles = (out + 15) / 16, nG = in / 64;
+    w.bytes = qb + 2 * sbb;
+    w.nc = (int)std::max<size_t>(2, (300ull << 20) / w.bytes + 1);
+    for (int c = 0; c < w.nc; c++) {
+        void *q, *s, *b;
+        copy1 k;
+        CK(cudaMalloc(&q, qb));
+        CK(cudaMalloc(&s, sbb));
+        CK(cudaMalloc(&b, sbb));
+        fill(q, qb, 11 + c, 0xffffffffu, 0);
+        fill(s, sbb, 101 + c, 0x007F007Fu, 0x3C003C00u); /* scales in [2^-7, 2^-6) */
+        fill(b, sbb, 201 + c, 0x807F807Fu, 0x3D803D80u); /* biases +-[2^-4, 2^-3) */
+        k.m = {q, s, b, TK_BF16, 4, 64};
+        CK(cudaMalloc(&k.frag, tiles * nG * 32 * 16));
+        CK(cudaMalloc(&k.sb, tiles * nG * 8 * 8));
+        int64_t n = (int64_t)tiles * nG * 32;
+        k_q7_repack<<<(unsigned)((n + 255) / 256), 256>>>((const uint32_t *)q, (const uint16_t *)s,
+                                                          (const uint16_t *)b, out, in, k.frag, k.sb);
+        CK(cudaGetLastError());
+        w.c.push_back(k);
+    }
+    CK(cudaMalloc(&w.x, (size_t)8 * in * 2));
+    fill(w.x, (size_t)8 * in * 2, 7, 0x807F807Fu, 0x3F003F00u); /* +-[0.5, 1) */
+    CK(cudaMalloc(&w.y, (size_t)8 * out * 4));
+    CK(cudaDeviceSynchronize());
+    return w;
+}
+
+static void drop(wset &w)
+{
+    for (auto &k : w.c) {
+        CK(cudaFree((void *)k.m.q));
+        CK(cudaFree((void *)k.m.scales));
+        CK(cudaFree((void *)k.m.biases));
+        CK(cudaFree(k.frag));
+        CK(cudaFree(k.sb));
+    }
+    CK(cudaFree(w.x));
+    CK(cudaFree(w.y));
+}
+
+static double g_copy;
+
+static double copy_rate(void)
+{
+    size_t n = 512ull << 20;
+    void *a, *b;
+    CK(cudaMalloc(&a, n));
+    CK(cudaMalloc(&b, n));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<float> v;
+    for (int i = 0; i < 9; i++) {
+        CK(cudaEventRecord(e0));
+        CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice));
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        v.push_back(ms);
+    }
+    std::sort(v.begin(), v.end());
+    CK(cudaFree(a));
+    CK(cudaFree(b));
+    return 2.0 * n / (v[4] * 1e-3) / 1e9;
+}
+
+template <typename F> static double time_us(wset &w, F fn)
+{
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int i = 0; i < 3; i++) fn(i % w.nc);
+    CK(cudaDeviceSynchronize());
+    std::vector<float> v;
+    int k = 0;
+    for (int s = 0; s < 9; s++) {
+        CK(cudaEventRecord(e0));
+        for (int i = 0; i < 20; i++) fn(k++ % w.nc);
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        v.push_back(ms);
+    }
+    CK(cudaGetLastError());
+    std::sort(v.begin(), v.end());
+    return v[4] * 1e3 / 20;
+}
+
+static std::vector<float> get(const float *d, size_t n)
+{
+    std::vector<float> h(n);
+    CK(cudaMemcpy(h.data(), d, n * 4, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+static double rel(const std::vector<float> &a, const std::vector<float> &b)
+{
+    double md = 0, mr = 0;
+    for (size_t i = 0; i < a.size(); i++) {
+        md = std::max(md, (double)fabsf(a[i] - b[i]));
+        mr = std::max(mr, (double)fabsf(b[i]));
+    }
+    return md / (mr > 0 ? mr : 1);
+}
+
+typedef void (*q7_fn)(const uint4 *, const uint2 *, const bf16 *, int, int, float *, int);
+struct cfg {
+    int u, w;
+    q7_fn f;
+};
+#define C7(U, W) {U, W, q7_run<U, W>}
+static const cfg CFGS[] = {C7(2, 1), C7(4, 1), C7(8, 1), C7(2, 2), C7(4, 2), C7(8, 2),
+                           C7(2, 4), C7(4, 4), C7(2, 8), C7(4, 8)};
+
+static int g_bad;
+
+/* v7 (config c) against v3 at T = 1 and 8, and each token of T = 8 against the token alone. */
+static void check(wset &w, const cfg &c, const char *name)
+{
+    size_t n = (size_t)w.out;
+    std::vector<float> ref1, ref8, got1, got8;
+    CK(tk_qgemv_mma(0, &w.c[0].m, w.x, w.in, NULL, 0, w.y, TK_F32, w.out, 8, w.in, w.out));
+    ref8 = get(w.y, 8 * n);
+    c.f(w.c[0].frag, w.c[0].sb, w.x, w.in, 8, w.y, w.out);
+    CK(cudaDeviceSynchronize());
+    got8 = get(w.y, 8 * n);
+    double e8 = rel(got8, ref8), e1 = 0;
+    bool inv = true;
+    for (int tok = 0; tok < 8; tok++) {
+        c.f(w.c[0].frag, w.c[0].sb, w.x + (size_t)tok * w.in, w.in, 1, w.y, w.out);
+        CK(cudaDeviceSynchronize());
+        got1 = get(w.y, n);
+        std::vector<float> r(ref8.begin() + tok * n, ref8.begin() + (tok + 1) * n);
+        e1 = std::max(e1, rel(got1, r));
+        inv = inv && memcmp(got1.data(), got8.data() + tok * n, n * 4) == 0;
+    }
+    bool ok = e8 < 1e-4 && e1 < 1e-4 && inv;
+    g_bad += !ok;
+    printf("check %-8s U%d W%d: rel vs v3 T=8 %.2e, T=1 %.2e, batch-invariant %s %s\n", name, c.u,
+           c.w, e8, e1, inv ? "yes" : "NO", ok ? "ok" : "FAILED");
+}
+
+int main()
+{
+    g_copy = copy_rate();
+    printf("copy (read + write) %.0f GB/s\n", g_copy);
+    struct { const char *name; int out, in, mult; } shapes[] = {
+        {"qkv", 6144, 4096, 32}, {"o", 4096, 4096, 32}, {"gate_up", 28672, 4096, 32},
+        {"down", 4096, 14336, 32}, {"lm_head", 128256, 4096, 1}};
+    {
+        wset w = make(1000, 1536); /* a partial tile, 24 groups */
+        for (const cfg &c : CFGS) check(w, c, "1000x1536");
+        drop(w);
+    }
+    double sum3 = 0, sum7 = 0;
+    printf("%-8s %-10s %9s %7s %6s\n", "shape", "kernel", "us", "GB/s", "%copy");
+    for (auto &s : shapes) {
+        wset w = make(s.out, s.in);
+        check(w, CFGS[1], s.name);
+        double t3 = time_us(w, [&](int c) {
+            CK(tk_qgemv_mma(0, &w.c[c].m, w.x, w.in, NULL, 0, w.y, TK_F32, w.out, 1, w.in, w.out));
+        });
+        printf("%-8s %-10s %9.2f %7.0f %5.1f%%\n", s.name, "v3", t3, w.bytes / t3 / 1e3,
+               100.0 * w.bytes / t3 / 1e3 / g_copy);
+        double best = 1e30;
+        for (const cfg &c : CFGS) {
+            double us = time_us(w, [&](int k) {
+                c.f(w.c[k].frag, w.c[k].sb, w.x, w.in, 1, w.y, w.out);
+            });
+            char nm[16];
+            snprintf(nm, sizeof nm, "v7 U%dW%d", c.u, c.w);
+            printf("%-8s %-10s %9.2f %7.0f %5.1f%%\n", s.name, nm, us, w.bytes / us / 1e3,
+                   100.0 * w.bytes / us / 1e3 / g_copy);
+            best = std::min(best, us);
+        }
+        sum3 += s.mult * t3, sum7 += s.mult * best;
+        drop(w);
+    }
+    printf("==== summary ====\none token's GEMVs: v3 %.3f ms, v7 (best config per shape) %.3f ms%s\n",
+           sum3 / 1e3, sum7 / 1e3, g_bad ? "  (CHECKS FAILED)" : "");
+    return g_bad != 0;
+}
