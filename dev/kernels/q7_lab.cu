@@ -31,13 +31,14 @@
  *
  * Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I src \
  *          dev/kernels/q7_lab.cu -o q7_lab
- * Run:   ./q7_lab
+ * Run:   ./q7_lab     (./q7_lab --host-check: the layout emulated on the CPU, no GPU)
  */
 #include "backend/cuda/cuda_quant_mma.cu"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #define CK(x)                                                                                      \
@@ -51,12 +52,13 @@
 
 /* ---------------------------------------------------------------- repack */
 
-static __global__ void k_q7_repack(const uint32_t *q, const uint16_t *sc, const uint16_t *bi,
-                                   int out, int in, uint4 *frag, uint2 *sb)
+/* Repacks element id = ((tau * nG + G) * 32 + L) of the layout above (the
+ * 16 bytes of lane L, and for t == 0 the scale word of row g): host and device. */
+static __host__ __device__ void q7_repack_one(const uint32_t *q, const uint16_t *sc,
+                                              const uint16_t *bi, int out, int in, int64_t id,
+                                              uint4 *frag, uint2 *sb)
 {
-    int nG = in / 64, tiles = (out + 15) / 16;
-    int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (id >= (int64_t)tiles * nG * 32) return;
+    int nG = in / 64;
     int L = (int)(id % 32), g = L >> 2, t = L & 3;
     int64_t tg = id / 32;
     int G = (int)(tg % nG), tau = (int)(tg / nG);
@@ -73,9 +75,87 @@ static __global__ void k_q7_repack(const uint32_t *q, const uint16_t *sc, const 
     }
     frag[id] = make_uint4(w4[0], w4[1], w4[2], w4[3]);
     if (t == 0) {
-        auto h = [&](const uint16_t *p, int r) { return r < out ? (uint32_t)p[(int64_t)r * nG + G] : 0u; };
-        sb[tg * 8 + g] = make_uint2(h(sc, r0) | h(sc, r1) << 16, h(bi, r0) | h(bi, r1) << 16);
+        uint32_t s0 = r0 < out ? sc[(int64_t)r0 * nG + G] : 0u, s1 = r1 < out ? sc[(int64_t)r1 * nG + G] : 0u;
+        uint32_t b0 = r0 < out ? bi[(int64_t)r0 * nG + G] : 0u, b1 = r1 < out ? bi[(int64_t)r1 * nG + G] : 0u;
+        sb[tg * 8 + g] = make_uint2(s0 | s1 << 16, b0 | b1 << 16);
     }
+}
+
+static __global__ void k_q7_repack(const uint32_t *q, const uint16_t *sc, const uint16_t *bi,
+                                   int out, int in, uint4 *frag, uint2 *sb)
+{
+    int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id < (int64_t)((out + 15) / 16) * (in / 64) * 32) q7_repack_one(q, sc, bi, out, in, id, frag, sb);
+}
+
+/* Host emulation of one launch of k_q7 at T tokens (float arithmetic, MMA
+ * semantics from the PTX fragment tables: lane (g, t) holds A[g][2t, 2t+1]
+ * in a0, A[g+8][..] in a1, A[g][2t+8, 2t+9] in a2, A[g+8][..] in a3, and B
+ * rows 2t, 2t+1 / 2t+8, 2t+9 of column g in b0 / b1), against the plain
+ * dequantized product: checks the repack and the fragment mapping without a
+ * GPU (./q7_lab --host-check). */
+static float bfh(uint32_t h16) { uint32_t u = h16 << 16; float f; memcpy(&f, &u, 4); return f; }
+
+static int q7_host_check(void)
+{
+    const int out = 40, in = 256, T = 3, nG = in / 64, tiles = (out + 15) / 16;
+    std::vector<uint32_t> q((size_t)out * in / 8);
+    std::vector<uint16_t> sc((size_t)out * nG), bi((size_t)out * nG), xb((size_t)T * in);
+    uint32_t r = 12345;
+    auto rnd = [&]() { r = r * 1664525u + 1013904223u; return r; };
+    for (auto &w : q) w = rnd();
+    for (auto &v : sc) v = (uint16_t)(0x3C00 | (rnd() >> 25));
+    for (auto &v : bi) v = (uint16_t)(0x3D80 | (rnd() >> 25) | (rnd() & 0x8000));
+    for (auto &v : xb) v = (uint16_t)(0x3F00 | (rnd() >> 25) | (rnd() & 0x8000));
+    std::vector<uint4> frag((size_t)tiles * nG * 32);
+    std::vector<uint2> sb((size_t)tiles * nG * 8);
+    for (int64_t id = 0; id < (int64_t)frag.size(); id++)
+        q7_repack_one(q.data(), sc.data(), bi.data(), out, in, id, frag.data(), sb.data());
+    double maxd = 0, maxr = 0;
+    for (int tau = 0; tau < tiles; tau++)
+        for (int n = 0; n < T; n++) {
+            float acc[16] = {0};
+            for (int G = 0; G < nG; G++) {
+                float C[16] = {0}, X[16] = {0};
+                for (int k = 0; k < 4; k++)
+                    for (int L = 0; L < 32; L++) { /* lane L's share of the MMA for column n */
+                        int g = L >> 2, t = L & 3;
+                        const uint32_t *wq = &frag[((size_t)tau * nG + G) * 32 + L].x;
+                        uint32_t w = wq[k];
+                        auto a = [&](int j, int hi) { return 128.0f + (float)((w >> (4 * j + 16 * hi)) & 15u); };
+                        /* B rows 2t, 2t+1, 2t+8, 2t+9 of column n: lane (n, t)'s x[4t .. 4t+3] */
+                        int kb = 64 * G + 16 * k + 4 * t;
+                        float xv[4];
+                        for (int i = 0; i < 4; i++) xv[i] = bfh(xb[(size_t)n * in + kb + i]);
+                        /* row g: slots (2t, 2t+1) from a0, (2t+8, 2t+9) from a2; row g+8: a1, a3 */
+                        C[g] += a(0, 0) * xv[0] + a(0, 1) * xv[1] + a(2, 0) * xv[2] + a(2, 1) * xv[3];
+                        C[g + 8] += a(1, 0) * xv[0] + a(1, 1) * xv[1] + a(3, 0) * xv[2] + a(3, 1) * xv[3];
+                        X[g] += xv[0] + xv[1] + xv[2] + xv[3];
+                        X[g + 8] += xv[0] + xv[1] + xv[2] + xv[3];
+                    }
+                for (int row = 0; row < 16; row++) {
+                    uint2 s = sb[((size_t)tau * nG + G) * 8 + (row & 7)];
+                    float sv = bfh(row < 8 ? s.x & 0xffff : s.x >> 16);
+                    float bv = bfh(row < 8 ? s.y & 0xffff : s.y >> 16);
+                    acc[row] += sv * C[row] + (bv - 128.0f * sv) * X[row];
+                }
+            }
+            for (int row = 0; row < 16 && 16 * tau + row < out; row++) { /* the plain product */
+                int o = 16 * tau + row;
+                double ref = 0;
+                for (int k = 0; k < in; k++) {
+                    uint32_t qv = (q[(size_t)o * in / 8 + k / 8] >> (4 * (k % 8))) & 15u;
+                    ref += (double)(bfh(sc[(size_t)o * nG + k / 64]) * qv + bfh(bi[(size_t)o * nG + k / 64])) *
+                           bfh(xb[(size_t)n * in + k]);
+                }
+                maxd = std::max(maxd, fabs(acc[row] - ref));
+                maxr = std::max(maxr, fabs(ref));
+            }
+        }
+    double e = maxd / maxr;
+    printf("host check (repack + fragment mapping, %d x %d, T %d): rel err %.2e %s\n", out, in, T, e,
+           e < 1e-4 ? "ok" : "FAILED");
+    return e < 1e-4 ? 0 : 1;
 }
 
 /* ---------------------------------------------------------------- GEMV */
@@ -340,8 +420,10 @@ static void check(wset &w, const cfg &c, const char *name)
            c.w, e8, e1, inv ? "yes" : "NO", ok ? "ok" : "FAILED");
 }
 
-int main()
+int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--host-check") == 0) return q7_host_check();
+    if (q7_host_check()) return 1;
     g_copy = copy_rate();
     printf("copy (read + write) %.0f GB/s\n", g_copy);
     struct { const char *name; int out, in, mult; } shapes[] = {
