@@ -23,6 +23,13 @@
  * over W warps of a block (summed in warp order through shared memory), as
  * in v3; U groups in flight per warp.
  *
+ * A second variant (v7h, F16 = true) takes F16 fragments: the low nibble of
+ * each byte gives rows g as 1024 + q, the high nibble stays in place for
+ * rows g + 8 as 1024 + 16 q (scale / 16 in the fold): 4 LOP3 + 1 shift per
+ * word instead of 3 shifts + 4 LOP3, with x converted to F16 once per block
+ * into shared memory (values past 65504 would overflow: a library version
+ * needs a guard).
+ *
  * The lab checks v7 against v3 (cuda_quant_mma.cu, included) at T = 1 and 8,
  * v7's batch invariance (each token of T = 8 bitwise the token alone), and
  * times v3 and v7 (U, W sweep) on the Llama-3.1-8B shapes against the copy
@@ -96,7 +103,7 @@ static __global__ void k_q7_repack(const uint32_t *q, const uint16_t *sc, const 
  * GPU (./q7_lab --host-check). */
 static float bfh(uint32_t h16) { uint32_t u = h16 << 16; float f; memcpy(&f, &u, 4); return f; }
 
-static int q7_host_check(void)
+static int q7_host_check(bool f16)
 {
     const int out = 40, in = 256, T = 3, nG = in / 64, tiles = (out + 15) / 16;
     std::vector<uint32_t> q((size_t)out * in / 8);
@@ -122,7 +129,10 @@ static int q7_host_check(void)
                         int g = L >> 2, t = L & 3;
                         const uint32_t *wq = &frag[((size_t)tau * nG + G) * 32 + L].x;
                         uint32_t w = wq[k];
-                        auto a = [&](int j, int hi) { return 128.0f + (float)((w >> (4 * j + 16 * hi)) & 15u); };
+                        auto a = [&](int j, int hi) {
+                            float q4 = (float)((w >> (4 * j + 16 * hi)) & 15u);
+                            return f16 ? 1024.0f + q4 * (j & 1 ? 16.0f : 1.0f) : 128.0f + q4;
+                        };
                         /* B rows 2t, 2t+1, 2t+8, 2t+9 of column n: lane (n, t)'s x[4t .. 4t+3] */
                         int kb = 64 * G + 16 * k + 4 * t;
                         float xv[4];
@@ -137,7 +147,9 @@ static int q7_host_check(void)
                     uint2 s = sb[((size_t)tau * nG + G) * 8 + (row & 7)];
                     float sv = bfh(row < 8 ? s.x & 0xffff : s.x >> 16);
                     float bv = bfh(row < 8 ? s.y & 0xffff : s.y >> 16);
-                    acc[row] += sv * C[row] + (bv - 128.0f * sv) * X[row];
+                    if (!f16) acc[row] += sv * C[row] + (bv - 128.0f * sv) * X[row];
+                    else if (row < 8) acc[row] += sv * C[row] + (bv - 1024.0f * sv) * X[row];
+                    else acc[row] += sv / 16.0f * C[row] + (bv - 64.0f * sv) * X[row];
                 }
             }
             for (int row = 0; row < 16 && 16 * tau + row < out; row++) { /* the plain product */
@@ -153,8 +165,8 @@ static int q7_host_check(void)
             }
         }
     double e = maxd / maxr;
-    printf("host check (repack + fragment mapping, %d x %d, T %d): rel err %.2e %s\n", out, in, T, e,
-           e < 1e-4 ? "ok" : "FAILED");
+    printf("host check (repack + %s fragment mapping, %d x %d, T %d): rel err %.2e %s\n",
+           f16 ? "f16" : "bf16", out, in, T, e, e < 1e-4 ? "ok" : "FAILED");
     return e < 1e-4 ? 0 : 1;
 }
 
@@ -162,12 +174,34 @@ static int q7_host_check(void)
 
 #define Q7_WARPS 8
 
-template <int U, int W>
+/* d = A B + c for one m16n8k16 with F16 operands (f32 accumulators). */
+static __device__ __forceinline__ void mma_f16(float *d, uint32_t a0, uint32_t a1, uint32_t a2,
+                                               uint32_t a3, uint32_t b0, uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* F16 = false: bf16 fragments, 128 + q (a shift and a LOP3 per pair but
+ * the first). F16 = true: F16 fragments, rows g from the low nibble of each
+ * byte (1024 + q) and rows g + 8 from the high one left in place (1024 +
+ * 16 q, its scale divided by 16): 4 LOP3 and one shift per word; x converted
+ * once per block into shared memory as F16 (rows padded by 8 halves). */
+template <int U, int W, bool F16>
 static __global__ void __launch_bounds__(Q7_WARPS * 32)
     k_q7(const uint4 *__restrict__ frag, const uint2 *__restrict__ sb, const bf16 *__restrict__ x,
          int xs, int n_tok, float *y, int ys, int out, int nG)
 {
     __shared__ float red[Q7_WARPS][32][4];
+    extern __shared__ __align__(16) __half q7_xh[];
+    int in = 64 * nG, xh_s = in + 8;
+    if (F16) {
+        for (int i = threadIdx.x; i < n_tok * in; i += blockDim.x)
+            q7_xh[(i / in) * xh_s + i % in] = __float2half_rn(__bfloat162float(x[(size_t)(i / in) * xs + i % in]));
+        __syncthreads();
+    }
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     int ks = warp % W, tile = blockIdx.x * (Q7_WARPS / W) + warp / W;
     bool live = tile * 16 < out;
@@ -175,8 +209,9 @@ static __global__ void __launch_bounds__(Q7_WARPS * 32)
     const uint2 *sp = sb + (size_t)tile * nG * 8 + g;
     bool has_x = g < n_tok;
     const bf16 *xl = x + (size_t)(has_x ? g : 0) * xs + 4 * t;
+    const __half *xhl = q7_xh + (has_x ? g : 0) * xh_s + 4 * t;
     int n_mine = live && ks < nG ? (nG - 1 - ks) / W + 1 : 0;
-    const uint32_t one = 0x3F803F80u;
+    const uint32_t one = F16 ? 0x3C003C00u : 0x3F803F80u;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     uint4 wv[U];
     uint2 sv[U];
@@ -184,6 +219,7 @@ static __global__ void __launch_bounds__(Q7_WARPS * 32)
     const uint4 *fn = fp + (size_t)ks * 32;
     const uint2 *sn = sp + (size_t)ks * 8;
     const bf16 *xc = xl + 64 * ks;
+    const __half *xhc = xhl + 64 * ks;
 #pragma unroll
     for (int u = 0; u < U; u++)
         if (u < n_mine) wv[u] = tk_ld_stream(fn), sv[u] = __ldg(sn), fn += 32 * W, sn += 8 * W;
@@ -198,15 +234,27 @@ static __global__ void __launch_bounds__(Q7_WARPS * 32)
             float cg[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xg[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                uint2 xv = has_x ? __ldg((const uint2 *)(xc + 16 * k)) : make_uint2(0, 0);
-                mma(cg, apair(ww[k], 0), apair(ww[k], 1), apair(ww[k], 2), apair(ww[k], 3), xv.x,
-                    xv.y);
-                mma(xg, one, one, one, one, xv.x, xv.y);
+                if (F16) {
+                    uint2 xv = has_x ? *(const uint2 *)(xhc + 16 * k) : make_uint2(0, 0);
+                    const uint32_t lo = 0x000F000Fu, hi = 0x00F000F0u, m = 0x64006400u;
+                    uint32_t w8 = ww[k] >> 8;
+                    mma_f16(cg, (ww[k] & lo) | m, (ww[k] & hi) | m, (w8 & lo) | m, (w8 & hi) | m,
+                            xv.x, xv.y);
+                    mma_f16(xg, one, one, one, one, xv.x, xv.y);
+                } else {
+                    uint2 xv = has_x ? __ldg((const uint2 *)(xc + 16 * k)) : make_uint2(0, 0);
+                    mma(cg, apair(ww[k], 0), apair(ww[k], 1), apair(ww[k], 2), apair(ww[k], 3),
+                        xv.x, xv.y);
+                    mma(xg, one, one, one, one, xv.x, xv.y);
+                }
             }
             xc += 64 * W;
+            xhc += 64 * W;
             float s0 = __uint_as_float(s.x << 16), s1 = __uint_as_float(s.x & 0xffff0000u);
-            float o0 = fmaf(-128.0f, s0, __uint_as_float(s.y << 16));
-            float o1 = fmaf(-128.0f, s1, __uint_as_float(s.y & 0xffff0000u));
+            /* the sums are of (OFF + q) x, rows g + 8 of F16 of (1024 + 16 q) x */
+            float o0 = fmaf(F16 ? -1024.0f : -128.0f, s0, __uint_as_float(s.y << 16));
+            float o1 = fmaf(F16 ? -64.0f : -128.0f, s1, __uint_as_float(s.y & 0xffff0000u));
+            if (F16) s1 *= 0.0625f;
             acc[0] = fmaf(o0, xg[0], fmaf(s0, cg[0], acc[0]));
             acc[1] = fmaf(o0, xg[1], fmaf(s0, cg[1], acc[1]));
             acc[2] = fmaf(o1, xg[2], fmaf(s1, cg[2], acc[2]));
@@ -230,12 +278,18 @@ static __global__ void __launch_bounds__(Q7_WARPS * 32)
     }
 }
 
-template <int U, int W>
+template <int U, int W, bool F16>
 static void q7_run(const uint4 *frag, const uint2 *sb, const bf16 *x, int in, int n_tok, float *y,
                    int out)
 {
+    static bool attr;
+    if (F16 && !attr) {
+        CK(cudaFuncSetAttribute(k_q7<U, W, F16>, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 << 10));
+        attr = true;
+    }
     unsigned blocks = (unsigned)(((out + 15) / 16 + Q7_WARPS / W - 1) / (Q7_WARPS / W));
-    k_q7<U, W><<<blocks, Q7_WARPS * 32>>>(frag, sb, x, in, n_tok, y, out, out, in / 64);
+    size_t smem = F16 ? (size_t)n_tok * (in + 8) * 2 : 0;
+    k_q7<U, W, F16><<<blocks, Q7_WARPS * 32, smem>>>(frag, sb, x, in, n_tok, y, out, out, in / 64);
 }
 
 /* ---------------------------------------------------------------- lab */
@@ -385,12 +439,14 @@ static double rel(const std::vector<float> &a, const std::vector<float> &b)
 
 typedef void (*q7_fn)(const uint4 *, const uint2 *, const bf16 *, int, int, float *, int);
 struct cfg {
-    int u, w;
+    int u, w, f16;
     q7_fn f;
 };
-#define C7(U, W) {U, W, q7_run<U, W>}
-static const cfg CFGS[] = {C7(2, 1), C7(4, 1), C7(8, 1), C7(2, 2), C7(4, 2), C7(8, 2),
-                           C7(2, 4), C7(4, 4), C7(2, 8), C7(4, 8)};
+#define C7(U, W, H) {U, W, H, q7_run<U, W, H>}
+static const cfg CFGS[] = {C7(2, 1, 0), C7(4, 1, 0), C7(8, 1, 0), C7(2, 2, 0), C7(4, 2, 0),
+                           C7(8, 2, 0), C7(2, 4, 0), C7(4, 4, 0), C7(2, 8, 0), C7(4, 8, 0),
+                           C7(2, 1, 1), C7(4, 1, 1), C7(8, 1, 1), C7(2, 2, 1), C7(4, 2, 1),
+                           C7(2, 4, 1), C7(4, 4, 1), C7(2, 8, 1), C7(4, 8, 1)};
 
 static int g_bad;
 
@@ -416,14 +472,14 @@ static void check(wset &w, const cfg &c, const char *name)
     }
     bool ok = e8 < 1e-4 && e1 < 1e-4 && inv;
     g_bad += !ok;
-    printf("check %-8s U%d W%d: rel vs v3 T=8 %.2e, T=1 %.2e, batch-invariant %s %s\n", name, c.u,
-           c.w, e8, e1, inv ? "yes" : "NO", ok ? "ok" : "FAILED");
+    printf("check %-8s %s U%d W%d: rel vs v3 T=8 %.2e, T=1 %.2e, batch-invariant %s %s\n", name,
+           c.f16 ? "f16" : "bf16", c.u, c.w, e8, e1, inv ? "yes" : "NO", ok ? "ok" : "FAILED");
 }
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "--host-check") == 0) return q7_host_check();
-    if (q7_host_check()) return 1;
+    int host_bad = q7_host_check(false) + q7_host_check(true);
+    if (host_bad || (argc > 1 && strcmp(argv[1], "--host-check") == 0)) return host_bad;
     g_copy = copy_rate();
     printf("copy (read + write) %.0f GB/s\n", g_copy);
     struct { const char *name; int out, in, mult; } shapes[] = {
@@ -439,6 +495,7 @@ int main(int argc, char **argv)
     for (auto &s : shapes) {
         wset w = make(s.out, s.in);
         check(w, CFGS[1], s.name);
+        if (s.in <= 4096) check(w, CFGS[11], s.name); /* F16 at T = 8 needs 8 (in + 8) halves */
         double t3 = time_us(w, [&](int c) {
             CK(tk_qgemv_mma(0, &w.c[c].m, w.x, w.in, NULL, 0, w.y, TK_F32, w.out, 1, w.in, w.out));
         });
@@ -449,8 +506,8 @@ int main(int argc, char **argv)
             double us = time_us(w, [&](int k) {
                 c.f(w.c[k].frag, w.c[k].sb, w.x, w.in, 1, w.y, w.out);
             });
-            char nm[16];
-            snprintf(nm, sizeof nm, "v7 U%dW%d", c.u, c.w);
+            char nm[24];
+            snprintf(nm, sizeof nm, "v7%s U%dW%d", c.f16 ? "h" : "", c.u, c.w);
             printf("%-8s %-10s %9.2f %7.0f %5.1f%%\n", s.name, nm, us, w.bytes / us / 1e3,
                    100.0 * w.bytes / us / 1e3 / g_copy);
             best = std::min(best, us);
