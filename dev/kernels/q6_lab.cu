@@ -8,6 +8,7 @@
  * v6 against v3 (rel diff), batch invariance (each token of T = 8 bitwise
  * the token alone) and the GLU variant bitwise against plain + silu_mul.
  *
+ * Shared helpers: lab_common.cuh.
  * Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I src \
  *          dev/kernels/q6_lab.cu -o q6_lab
  * Run:   ./q6_lab            (prints one table; medians of CUDA-event timings,
@@ -16,6 +17,7 @@
 #include "backend/cuda/cuda_quant_mma.cu"
 #include "backend/cuda/cuda_quant_v4.cu"
 #include "backend/cuda/cuda_quant_v6.cu"
+#include "lab_common.cuh"
 
 #include <algorithm>
 #include <cmath>
@@ -24,56 +26,11 @@
 #include <string>
 #include <cstring>
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__);       \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
-static __global__ void k_fill(uint32_t *p, size_t n, uint32_t seed, uint32_t mask, uint32_t orv)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13, h *= 3266489917u, h ^= h >> 16;
-        p[i] = (h & mask) | orv;
-    }
-}
 
-static void fill(void *p, size_t bytes, uint32_t seed, uint32_t mask, uint32_t orv)
-{
-    k_fill<<<1024, 256>>>((uint32_t *)p, bytes / 4, seed, mask, orv);
-    CK(cudaGetLastError());
-}
 
 static double g_copy;
 
-static double copy_rate(void)
-{
-    size_t n = 512ull << 20;
-    void *a, *b;
-    CK(cudaMalloc(&a, n));
-    CK(cudaMalloc(&b, n));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    std::vector<float> v;
-    for (int i = 0; i < 9; i++) {
-        CK(cudaEventRecord(e0));
-        CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice));
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        v.push_back(ms);
-    }
-    std::sort(v.begin(), v.end());
-    CK(cudaFree(a));
-    CK(cudaFree(b));
-    return 2.0 * n / (v[4] * 1e-3) / 1e9;
-}
 
 struct shape {
     const char *name;
@@ -131,33 +88,6 @@ static void drop(wset &w)
     CK(cudaFree(w.yb));
 }
 
-/* fn(copy index) enqueues one launch; returns median us per launch. */
-template <typename F> static double time_us(wset &w, F fn)
-{
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    for (int i = 0; i < 3; i++) fn(i % w.nc);
-    CK(cudaDeviceSynchronize());
-    CK(cudaGetLastError());
-    std::vector<float> v;
-    int k = 0;
-    for (int s = 0; s < 9; s++) {
-        CK(cudaEventRecord(e0));
-        for (int i = 0; i < 20; i++) fn(k++ % w.nc);
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        v.push_back(ms);
-    }
-    CK(cudaGetLastError());
-    std::sort(v.begin(), v.end());
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    return v[4] * 1e3 / 20;
-}
-
 static void report(const char *shp, const char *what, int T, const wset &w, double us)
 {
     double gbs = w.bytes / (us * 1e-6) / 1e9;
@@ -165,22 +95,7 @@ static void report(const char *shp, const char *what, int T, const wset &w, doub
            100.0 * gbs / g_copy, w.bytes / (g_copy * 1e9) * 1e6);
 }
 
-static std::vector<float> get(const float *d, size_t n)
-{
-    std::vector<float> h(n);
-    CK(cudaMemcpy(h.data(), d, n * 4, cudaMemcpyDeviceToHost));
-    return h;
-}
 
-static double rel(const std::vector<float> &a, const std::vector<float> &b)
-{
-    double md = 0, mr = 0;
-    for (size_t i = 0; i < a.size(); i++) {
-        md = std::max(md, (double)fabsf(a[i] - b[i]));
-        mr = std::max(mr, (double)fabsf(b[i]));
-    }
-    return md / (mr > 0 ? mr : 1);
-}
 
 /* v6 with a given U / warps / split target (bf16 scales, one launch of <= 8 tokens). */
 template <int U, int W>
@@ -279,15 +194,15 @@ int main(int argc, char **argv)
         wset w = make(s.out, s.in, 64, TK_BF16);
         int tiles16 = (s.out + 15) / 16;
         (void)tiles16;
-        double t3 = time_us(w, [&](int c) {
+        double t3 = time_us(w.nc, [&](int c) {
             CK(tk_qgemv_mma(0, &w.m[c], w.x, w.in, NULL, 0, w.y, TK_F32, w.out, 1, w.in, w.out));
         });
         report(s.name, "v3 (default)", 1, w, t3);
-        double t38 = time_us(w, [&](int c) {
+        double t38 = time_us(w.nc, [&](int c) {
             CK(tk_qgemv_mma(0, &w.m[c], w.x, w.in, NULL, 0, w.y, TK_F32, w.out, 8, w.in, w.out));
         });
         report(s.name, "v3", 8, w, t38);
-        double t4 = time_us(w, [&](int c) {
+        double t4 = time_us(w.nc, [&](int c) {
             CK(tk_qgemv4(0, &w.m[c], w.x, w.in, NULL, 0, w.y, TK_F32, w.out, 1, w.in, w.out, 1));
         });
         report(s.name, "v4 half2", 1, w, t4);
@@ -296,7 +211,7 @@ int main(int argc, char **argv)
         int bt = 0;
         for (const cfg &c : CFGS)
             for (int target : {1024, 2048, 4096, 8192}) {
-                double us = time_us(w, [&](int k) { CK(c.f(w.m[k], w, 1, target, w.y)); });
+                double us = time_us(w.nc, [&](int k) { CK(c.f(w.m[k], w, 1, target, w.y)); });
                 char nm[64];
                 snprintf(nm, sizeof nm, "v6 U/W %s t%d", c.name, target);
                 report(s.name, nm, 1, w, us);
@@ -306,13 +221,13 @@ int main(int argc, char **argv)
         double tl[4];
         int Ts[4] = {1, 2, 4, 8};
         for (int i = 0; i < 4; i++) {
-            tl[i] = time_us(w, [&](int c) {
+            tl[i] = time_us(w.nc, [&](int c) {
                 CK(tk_qgemv6(0, &w.m[c], w.x, w.in, NULL, 0, w.y, TK_F32, w.out, Ts[i], w.in, w.out));
             });
             report(s.name, "v6 library", Ts[i], w, tl[i]);
         }
         if (s.out % 2 == 0) {
-            double tg = time_us(w, [&](int c) {
+            double tg = time_us(w.nc, [&](int c) {
                 CK(tk_qgemv6_glu(0, &w.m[c], w.x, w.in, NULL, 0, w.yb, w.out / 2, 1, w.in, w.out / 2));
             });
             report(s.name, "v6 GLU", 1, w, tg);
@@ -327,12 +242,12 @@ int main(int argc, char **argv)
         wset w = make(28672, 4096, group, TK_BF16);
         char nm[32];
         snprintf(nm, sizeof nm, "g%d", group);
-        double t3 = time_us(w, [&](int c) {
+        double t3 = time_us(w.nc, [&](int c) {
             CK(tk_qgemv_mma(0, &w.m[c], w.x, w.in, NULL, 0, w.y, TK_F32, w.out, 1, w.in, w.out));
         });
         report("gate_up", (std::string("v3 ") + nm).c_str(), 1, w, t3);
         for (int T : {1, 8}) {
-            double us = time_us(w, [&](int c) {
+            double us = time_us(w.nc, [&](int c) {
                 CK(tk_qgemv6(0, &w.m[c], w.x, w.in, NULL, 0, w.y, TK_F32, w.out, T, w.in, w.out));
             });
             report("gate_up", (std::string("v6 ") + nm).c_str(), T, w, us);

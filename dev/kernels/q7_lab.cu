@@ -36,11 +36,13 @@
  * rate of the same run (medians of 9 x 20 launches cycling through >= 300 MB
  * of weight copies). Written 2026-11-30 without device time: not yet run.
  *
+ * Shared helpers: lab_common.cuh.
  * Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I src \
  *          dev/kernels/q7_lab.cu -o q7_lab
  * Run:   ./q7_lab     (./q7_lab --host-check: the layout emulated on the CPU, no GPU)
  */
 #include "backend/cuda/cuda_quant_mma.cu"
+#include "lab_common.cuh"
 
 #include <algorithm>
 #include <cmath>
@@ -48,14 +50,6 @@
 #include <cstring>
 #include <vector>
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__);       \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 /* ---------------------------------------------------------------- repack */
 
@@ -294,21 +288,7 @@ static void q7_run(const uint4 *frag, const uint2 *sb, const bf16 *x, int in, in
 
 /* ---------------------------------------------------------------- lab */
 
-static __global__ void k_fill(uint32_t *p, size_t n, uint32_t seed, uint32_t mask, uint32_t orv)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13, h *= 3266489917u, h ^= h >> 16;
-        p[i] = (h & mask) | orv;
-    }
-}
 
-static void fill(void *p, size_t bytes, uint32_t seed, uint32_t mask, uint32_t orv)
-{
-    k_fill<<<1024, 256>>>((uint32_t *)p, bytes / 4, seed, mask, orv);
-    CK(cudaGetLastError());
-}
 
 struct copy1 {
     tk_qmat m;
@@ -372,70 +352,9 @@ static void drop(wset &w)
 
 static double g_copy;
 
-static double copy_rate(void)
-{
-    size_t n = 512ull << 20;
-    void *a, *b;
-    CK(cudaMalloc(&a, n));
-    CK(cudaMalloc(&b, n));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    std::vector<float> v;
-    for (int i = 0; i < 9; i++) {
-        CK(cudaEventRecord(e0));
-        CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice));
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        v.push_back(ms);
-    }
-    std::sort(v.begin(), v.end());
-    CK(cudaFree(a));
-    CK(cudaFree(b));
-    return 2.0 * n / (v[4] * 1e-3) / 1e9;
-}
 
-template <typename F> static double time_us(wset &w, F fn)
-{
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    for (int i = 0; i < 3; i++) fn(i % w.nc);
-    CK(cudaDeviceSynchronize());
-    std::vector<float> v;
-    int k = 0;
-    for (int s = 0; s < 9; s++) {
-        CK(cudaEventRecord(e0));
-        for (int i = 0; i < 20; i++) fn(k++ % w.nc);
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        v.push_back(ms);
-    }
-    CK(cudaGetLastError());
-    std::sort(v.begin(), v.end());
-    return v[4] * 1e3 / 20;
-}
 
-static std::vector<float> get(const float *d, size_t n)
-{
-    std::vector<float> h(n);
-    CK(cudaMemcpy(h.data(), d, n * 4, cudaMemcpyDeviceToHost));
-    return h;
-}
 
-static double rel(const std::vector<float> &a, const std::vector<float> &b)
-{
-    double md = 0, mr = 0;
-    for (size_t i = 0; i < a.size(); i++) {
-        md = std::max(md, (double)fabsf(a[i] - b[i]));
-        mr = std::max(mr, (double)fabsf(b[i]));
-    }
-    return md / (mr > 0 ? mr : 1);
-}
 
 typedef void (*q7_fn)(const uint4 *, const uint2 *, const bf16 *, int, int, float *, int);
 struct cfg {
@@ -496,14 +415,14 @@ int main(int argc, char **argv)
         wset w = make(s.out, s.in);
         check(w, CFGS[1], s.name);
         if (s.in <= 4096) check(w, CFGS[11], s.name); /* F16 at T = 8 needs 8 (in + 8) halves */
-        double t3 = time_us(w, [&](int c) {
+        double t3 = time_us(w.nc, [&](int c) {
             CK(tk_qgemv_mma(0, &w.c[c].m, w.x, w.in, NULL, 0, w.y, TK_F32, w.out, 1, w.in, w.out));
         });
         printf("%-8s %-10s %9.2f %7.0f %5.1f%%\n", s.name, "v3", t3, w.bytes / t3 / 1e3,
                100.0 * w.bytes / t3 / 1e3 / g_copy);
         double best = 1e30;
         for (const cfg &c : CFGS) {
-            double us = time_us(w, [&](int k) {
+            double us = time_us(w.nc, [&](int k) {
                 c.f(w.c[k].frag, w.c[k].sb, w.x, w.in, 1, w.y, w.out);
             });
             char nm[24];
