@@ -237,9 +237,9 @@ static __global__ void __launch_bounds__(Q7_WARPS * 32)
                     mma_f16(xg, one, one, one, one, xv.x, xv.y);
                 } else {
                     uint2 xv = has_x ? __ldg((const uint2 *)(xc + 16 * k)) : make_uint2(0, 0);
-                    mma(cg, apair(ww[k], 0), apair(ww[k], 1), apair(ww[k], 2), apair(ww[k], 3),
+                    tk_mma_bf16(cg, tk_q4_pair(ww[k], 0), tk_q4_pair(ww[k], 1), tk_q4_pair(ww[k], 2), tk_q4_pair(ww[k], 3),
                         xv.x, xv.y);
-                    mma(xg, one, one, one, one, xv.x, xv.y);
+                    tk_mma_bf16(xg, one, one, one, one, xv.x, xv.y);
                 }
             }
             xc += 64 * W;

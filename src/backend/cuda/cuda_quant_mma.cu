@@ -50,9 +50,10 @@
  * device, at least one step each), never from T. Every instruction is the
  * same whatever the token count and the MMA's columns do not mix, so a
  * token's result is bitwise the same alone or inside a batch of 8.
- * Depends on cuda_common.cuh, cuda_quant.h.
+ * Depends on cuda_common.cuh, cuda_qmma.cuh, cuda_quant.h.
  */
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_qmma.cuh"
 #include "backend/cuda/cuda_quant.h"
 
 #define QM_WARPS 8
@@ -101,36 +102,11 @@ static __device__ __forceinline__ void lds(const unsigned char *p, uint32_t *v)
     }
 }
 
-/* Half i of packed scales as a float (bf16 or f16). */
-template <int SDT>
-static __device__ __forceinline__ float hval(const uint32_t *v, int i)
-{
-    uint32_t w = v[i / 2];
-    if (SDT == TK_BF16) return __uint_as_float(i & 1 ? w & 0xffff0000u : w << 16);
-    return __half2float(__ushort_as_half((unsigned short)(i & 1 ? w >> 16 : w & 0xffffu)));
-}
-
-/* bf16x2 (128 + nibble j, 128 + nibble j + 4) of w. */
-static __device__ __forceinline__ uint32_t apair(uint32_t w, int j)
-{
-    return ((w >> (4 * j)) & 0x000F000Fu) | 0x43004300u;
-}
-
 static __device__ __forceinline__ uint32_t times16(uint32_t p)
 {
     __nv_bfloat162 h = *(__nv_bfloat162 *)&p;
     h = __hmul2(h, __floats2bfloat162_rn(16.0f, 16.0f));
     return *(uint32_t *)&h;
-}
-
-/* d = A B + c for one m16n8k16 (f32 accumulators). */
-static __device__ __forceinline__ void mma(float *d, uint32_t a0, uint32_t a1, uint32_t a2,
-                                           uint32_t a3, uint32_t b0, uint32_t b1)
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 template <int BITS, int GROUP> struct qm_cfg {
@@ -214,14 +190,16 @@ static __device__ __forceinline__ void stage_compute(const unsigned char *slot, 
             bregs<BITS>(xp + j * XW, has_x, b);
 #pragma unroll
             for (int m = 0; m < 2; m++) {
-                mma(cg, apair(wa[j], 2 * m), apair(wb[j], 2 * m), apair(wa[j], 2 * m + 1),
-                    apair(wb[j], 2 * m + 1), b[2 * m], b[2 * m + 1]);
-                mma(xg, one, one, one_hi, one_hi, b[2 * m], b[2 * m + 1]);
+                tk_mma_bf16(cg, tk_q4_pair(wa[j], 2 * m), tk_q4_pair(wb[j], 2 * m),
+                            tk_q4_pair(wa[j], 2 * m + 1), tk_q4_pair(wb[j], 2 * m + 1), b[2 * m],
+                            b[2 * m + 1]);
+                tk_mma_bf16(xg, one, one, one_hi, one_hi, b[2 * m], b[2 * m + 1]);
             }
         }
-        float s0 = hval<SDT>(sv[0], G), s1 = hval<SDT>(sv[1], G);
-        float o0 = fmaf(-OFF, s0, hval<SDT>(bv[0], G));
-        float o1 = fmaf(-OFF, s1, hval<SDT>(bv[1], G));
+        float s0 = tk_half_of<SDT>(sv[0][G / 2], G & 1);
+        float s1 = tk_half_of<SDT>(sv[1][G / 2], G & 1);
+        float o0 = fmaf(-OFF, s0, tk_half_of<SDT>(bv[0][G / 2], G & 1));
+        float o1 = fmaf(-OFF, s1, tk_half_of<SDT>(bv[1][G / 2], G & 1));
         acc[0] = fmaf(o0, xg[0], fmaf(s0, cg[0], acc[0]));
         acc[1] = fmaf(o0, xg[1], fmaf(s0, cg[1], acc[1]));
         acc[2] = fmaf(o1, xg[2], fmaf(s1, cg[2], acc[2]));

@@ -32,9 +32,10 @@
  * ff + i.. (A rows 8-15), so one lane holds both sums of an output and
  * writes silu(gate) * up rounded as tk_silu_mul would from a BF16 gate_up.
  * PDL (cuda_common.cuh): the first windows' loads go out before the wait.
- * Depends on cuda_common.cuh, cuda_quant.h.
+ * Depends on cuda_common.cuh, cuda_qmma.cuh, cuda_quant.h.
  */
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_qmma.cuh"
 #include "backend/cuda/cuda_quant.h"
 
 /* Library configuration: windows in flight per lane, warps per block, and
@@ -44,27 +45,6 @@
 #define Q6_U 2
 #define Q6_WARPS 8
 #define Q6_TARGET 4096
-
-static __device__ __forceinline__ uint32_t q6_apair(uint32_t w, int j)
-{
-    return ((w >> (4 * j)) & 0x000F000Fu) | 0x43004300u;
-}
-
-static __device__ __forceinline__ void q6_mma(float *d, uint32_t a0, uint32_t a1, uint32_t a2,
-                                              uint32_t a3, uint32_t b0, uint32_t b1)
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-/* Scale / bias element i (bf16 or f16) of a 32-bit pair as float. */
-template <int SDT> static __device__ __forceinline__ float q6_h(uint32_t w, int i)
-{
-    if (SDT == TK_BF16) return __uint_as_float(i ? w & 0xffff0000u : w << 16);
-    return __half2float(__ushort_as_half((unsigned short)(i ? w >> 16 : w & 0xffffu)));
-}
 
 /* The scales (or biases) of this lane's two columns for one row: a 32-bit
  * pair of adjacent groups (NG >= 2) or one group twice (NG = 1). */
@@ -206,22 +186,22 @@ static __global__ void __launch_bounds__(WARPS * 32, (NP == 1 && U <= 4 ? 24 : 1
             for (int j = 0; j < 4; j++) {
                 uint32_t A[8];
 #pragma unroll
-                for (int i = 0; i < 4; i++) A[2 * i] = q6_apair(al[j], i), A[2 * i + 1] = q6_apair(ah[j], i);
+                for (int i = 0; i < 4; i++) A[2 * i] = tk_q4_pair(al[j], i), A[2 * i + 1] = tk_q4_pair(ah[j], i);
 #pragma unroll
                 for (int p = 0; p < NP; p++) {
                     uint4 xv = bon[p] ? __ldg((const uint4 *)(xb[p] + wi * 128 + 8 * j))
                                       : make_uint4(0, 0, 0, 0);
                     uint32_t b0 = __byte_perm(xv.x, xv.z, 0x5410), b1 = __byte_perm(xv.x, xv.z, 0x7632);
                     uint32_t b2 = __byte_perm(xv.y, xv.w, 0x5410), b3 = __byte_perm(xv.y, xv.w, 0x7632);
-                    q6_mma(d[p], A[0], A[1], A[2], A[3], b0, b1);
-                    q6_mma(d[p], A[4], A[5], A[6], A[7], b2, b3);
+                    tk_mma_bf16(d[p], A[0], A[1], A[2], A[3], b0, b1);
+                    tk_mma_bf16(d[p], A[4], A[5], A[6], A[7], b2, b3);
                 }
             }
 #pragma unroll
             for (int c = 0; c < 2; c++) {
-                float s0 = q6_h<SDT>(sl, c), s1 = q6_h<SDT>(sh, c);
-                float o0 = fmaf(-128.0f, s0, q6_h<SDT>(bl, c));
-                float o1 = fmaf(-128.0f, s1, q6_h<SDT>(bh, c));
+                float s0 = tk_half_of<SDT>(sl, c), s1 = tk_half_of<SDT>(sh, c);
+                float o0 = fmaf(-128.0f, s0, tk_half_of<SDT>(bl, c));
+                float o1 = fmaf(-128.0f, s1, tk_half_of<SDT>(bh, c));
                 int G = wi * NG + cgrp[c];
 #pragma unroll
                 for (int p = 0; p < NP; p++) {

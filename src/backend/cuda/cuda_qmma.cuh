@@ -1,0 +1,37 @@
+/*
+ * cuda_qmma.cuh — device helpers of the tensor-core GEMVs for MLX-affine
+ * weights (cuda_quant_mma.cu v3, cuda_quant_v6.cu v6): the bf16 pair a
+ * packed 4-bit word gives one MMA fragment register, the m16n8k16 MMA
+ * itself, and a bf16 / f16 scale or bias out of a 32-bit pair.
+ * CUDA C++ only. Depends on cuda_common.cuh.
+ */
+#ifndef TERN_CUDA_QMMA_CUH
+#define TERN_CUDA_QMMA_CUH
+
+#include "backend/cuda/cuda_common.cuh"
+
+/* bf16x2 (128 + nibble j, 128 + nibble j + 4) of a packed 4-bit word: one
+ * LOP3 after a shift (0x4300 is 128.0; q < 16 fits the 7-bit mantissa). */
+static __device__ __forceinline__ uint32_t tk_q4_pair(uint32_t w, int j)
+{
+    return ((w >> (4 * j)) & 0x000F000Fu) | 0x43004300u;
+}
+
+/* d = A B + d for one mma.sync m16n8k16, bf16 operands, f32 accumulators. */
+static __device__ __forceinline__ void tk_mma_bf16(float *d, uint32_t a0, uint32_t a1, uint32_t a2,
+                                                   uint32_t a3, uint32_t b0, uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* The high (hi != 0) or low half of w, a pair of SDT (bf16 / f16) values, as a float. */
+template <int SDT> static __device__ __forceinline__ float tk_half_of(uint32_t w, int hi)
+{
+    if (SDT == TK_BF16) return __uint_as_float(hi ? w & 0xffff0000u : w << 16);
+    return __half2float(__ushort_as_half((unsigned short)(hi ? w >> 16 : w & 0xffffu)));
+}
+
+#endif /* TERN_CUDA_QMMA_CUH */
