@@ -78,6 +78,31 @@ static bool add_norm_regs(void)
     return on;
 }
 
+/* The register path of the block norms: this thread's norm weights
+ * (element threadIdx.x + k blockDim.x, k < PER; 0 past dim), loaded before
+ * the PDL wait since no kernel writes them; then, after the block sum,
+ * out[i] = a[k] * inv * w[k] for the same elements. */
+template <int PER, int N>
+static __device__ __forceinline__ void norm_w_regs(const void *w, int wdt, int64_t dim, float (&wv)[N])
+{
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+        wv[k] = i < dim ? tk_ld(w, wdt, i) : 0.0f;
+    }
+}
+
+template <int PER, int N, typename TO>
+static __device__ __forceinline__ void norm_store_regs(TO *orow, const float (&a)[N], float inv,
+                                                       const float (&wv)[N], int64_t dim)
+{
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+        if (i < dim) orow[i] = tk_from<TO>(a[k] * inv * wv[k]);
+    }
+}
+
 /* One block per (row, group): for hidden-size norms. PER > 0 (dim <= PER *
  * blockDim.x): each thread loads its norm weights (before the PDL wait) and
  * its elements into registers first, so all loads are in flight together,
@@ -94,11 +119,7 @@ static __global__ void k_rmsnorm_block(const T *x, int64_t xs, TO *out, int64_t 
     float ss = 0.0f;
     if (PER > 0) {
         float a[PER > 0 ? PER : 1], wv[PER > 0 ? PER : 1];
-#pragma unroll
-        for (int k = 0; k < PER; k++) {
-            int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-            wv[k] = i < dim ? tk_ld(w, wdt, i) : 0.0f;
-        }
+        norm_w_regs<PER>(w, wdt, dim, wv);
         tk_pdl_wait();
         tk_pdl_launch();
 #pragma unroll
@@ -110,12 +131,7 @@ static __global__ void k_rmsnorm_block(const T *x, int64_t xs, TO *out, int64_t 
         for (int k = 0; k < PER; k++)
             if (threadIdx.x + (int64_t)k * blockDim.x < dim) ss = __fmaf_rn(a[k], a[k], ss);
         ss = tk_block_sum(ss, red);
-        float inv = rsqrtf(ss / (float)dim + eps);
-#pragma unroll
-        for (int k = 0; k < PER; k++) {
-            int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-            if (i < dim) orow[i] = tk_from<TO>(a[k] * inv * wv[k]);
-        }
+        norm_store_regs<PER>(orow, a, rsqrtf(ss / (float)dim + eps), wv, dim);
         return;
     }
     tk_pdl_wait();
@@ -188,11 +204,7 @@ static __global__ void k_add_rmsnorm(TR *res, const T *x, T *out, int64_t dim, c
     float ss = 0.0f;
     if (PER > 0) {
         float a[PER > 0 ? PER : 1], b[PER > 0 ? PER : 1], wv[PER > 0 ? PER : 1];
-#pragma unroll
-        for (int k = 0; k < PER; k++) {
-            int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-            wv[k] = i < dim ? tk_ld(w, wdt, i) : 0.0f;
-        }
+        norm_w_regs<PER>(w, wdt, dim, wv);
         tk_pdl_wait();
         tk_pdl_launch();
 #pragma unroll
@@ -212,12 +224,7 @@ static __global__ void k_add_rmsnorm(TR *res, const T *x, T *out, int64_t dim, c
             }
         }
         ss = tk_block_sum(ss, red);
-        float inv = rsqrtf(ss / (float)dim + eps);
-#pragma unroll
-        for (int k = 0; k < PER; k++) {
-            int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-            if (i < dim) orow[i] = tk_from<T>(a[k] * inv * wv[k]);
-        }
+        norm_store_regs<PER>(orow, a, rsqrtf(ss / (float)dim + eps), wv, dim);
         return;
     }
     tk_pdl_wait();
