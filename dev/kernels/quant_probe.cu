@@ -17,35 +17,13 @@
  * CUDA-event timings over >= 256 MB of weight copies (no L2 reuse), against
  * the device-to-device copy rate measured in the same run.
  *
- * Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a \
+ * Shared helpers: lab_common.cuh; tk_ld_stream from cuda_common.cuh.
+ * Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I src \
  *          dev/kernels/quant_probe.cu -o quant_probe
  * Run:   ./quant_probe            (prints one table)
  */
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cstdint>
-#include <cstdio>
-#include <vector>
-
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));     \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-static __device__ __forceinline__ uint4 ld_stream(const uint4 *p)
-{
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
+#include "backend/cuda/cuda_common.cuh"
+#include "lab_common.cuh"
 
 static __device__ __forceinline__ float bf(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 
@@ -67,7 +45,7 @@ static __global__ void __launch_bounds__(128)
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 int64_t c = c0 + 32 * u;
-                w[u][r] = c < n_chunks ? ld_stream(q + (row0 + r) * n_chunks + c)
+                w[u][r] = c < n_chunks ? tk_ld_stream(q + (row0 + r) * n_chunks + c)
                                        : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
@@ -147,33 +125,9 @@ static float median_ms(std::vector<float> v)
     return v[v.size() / 2];
 }
 
-static double copy_gbs(void)
-{
-    size_t n = (size_t)1 << 30;
-    void *a, *b;
-    CK(cudaMalloc(&a, n));
-    CK(cudaMalloc(&b, n));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    std::vector<float> t;
-    for (int i = 0; i < 7; i++) {
-        CK(cudaEventRecord(e0));
-        CK(cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice));
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (i) t.push_back(ms);
-    }
-    CK(cudaFree(a));
-    CK(cudaFree(b));
-    return 2.0 * (double)n / (median_ms(t) / 1e3) / 1e9;
-}
-
 int main(void)
 {
-    double cgbs = copy_gbs();
+    double cgbs = copy_rate();
     printf("device copy rate %.0f GB/s (read + write)\n", cgbs);
     printf("%-8s %-16s %-12s %9s %9s %7s\n", "shape", "[out x in]", "variant", "us", "GB/s",
            "%copy");
