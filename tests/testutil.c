@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 void tu_npy_load(const char *path, struct tu_npy *out)
@@ -205,4 +206,27 @@ int tu_fixture_dirs(const char *sub, const char *marker, char ***dirs)
     if (n) qsort(names, (size_t)n, sizeof *names, by_name);
     *dirs = names;
     return n;
+}
+
+void tu_ok(enum tern_status st)
+{
+    if (st != TERN_OK) fail_msg("%s: %s", tern_status_str(st), tern_last_error());
+}
+
+float tu_frand(uint64_t *rng)
+{
+    uint64_t r = *rng;
+    r ^= r << 13;
+    r ^= r >> 7;
+    r ^= r << 17;
+    *rng = r;
+    return (float)((r >> 40) & 0xffffff) / (float)(1 << 23) - 1.0f;
+}
+
+uint64_t tu_seed(void)
+{
+    uint64_t seed = (uint64_t)time(NULL) * 2654435761u + 12345u;
+    if (getenv("TERN_TEST_SEED")) seed = strtoull(getenv("TERN_TEST_SEED"), NULL, 10);
+    printf("seed %llu (TERN_TEST_SEED to repeat)\n", (unsigned long long)seed);
+    return seed;
 }

@@ -1,6 +1,7 @@
 /*
  * testutil.h — helpers shared by the tests: cmocka includes, fixture paths,
- * .npy reading, error measures, running the `tern` command, shared data.
+ * .npy reading, error measures, status checks, random inputs, running the
+ * `tern` command, shared data.
  */
 #ifndef TERN_TESTUTIL_H
 #define TERN_TESTUTIL_H
@@ -31,6 +32,17 @@ void tu_golden_npy(const char *dir, const char *file, struct tu_npy *out);
 /* max_i |a_i - b_i| / max(max_i |b_i|, tiny): the relative error measure the
  * golden tests use (max error relative to the reference's scale). */
 double tu_max_rel_err(const float *a, const float *b, size_t n);
+
+/* Fails the test with the status and tern_last_error() unless st is TERN_OK. */
+void tu_ok(enum tern_status st);
+
+/* One xorshift64 step of *rng, returned as a float uniform in [-1, 1)
+ * (24 bits; the random inputs of the op tests). */
+float tu_frand(uint64_t *rng);
+
+/* A seed for tu_frand: from the clock, or $TERN_TEST_SEED; printed so that
+ * a failing run can be repeated. */
+uint64_t tu_seed(void);
 
 /* Path under tests/fixtures (static buffer per call site is not safe: caller
  * frees with tern_free). */

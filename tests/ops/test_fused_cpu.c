@@ -20,13 +20,7 @@
 
 static uint64_t rng = 88172645463325252ull;
 
-static float frand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 40) & 0xffffff) / (float)(1 << 23) - 1.0f;
-}
+static float frand(void) { return tu_frand(&rng); }
 
 static struct tern_backend *cpu;
 
@@ -36,11 +30,6 @@ static struct tern_dtensor mk(int nd, const int64_t *shape, enum tern_dtype dt, 
     assert_int_equal(tern_dtensor_alloc(cpu, dt, nd, shape, &t), TERN_OK);
     if (v) assert_int_equal(cpu->ops->upload(cpu, &t, v, tern_dtensor_bytes(&t)), TERN_OK);
     return t;
-}
-
-static void ok(enum tern_status st)
-{
-    if (st != TERN_OK) fail_msg("%s: %s", tern_status_str(st), tern_last_error());
 }
 
 struct qcase {
@@ -114,21 +103,21 @@ static void run_case(const struct qcase *q)
                               .inv_freq = mk(1, fs, TERN_DTYPE_F32, inv)};
         if (fused) {
             assert_non_null(cpu->ops->qk_rope_store);
-            ok(cpu->ops->qk_rope_store(cpu, &xt, q->norm ? &qw : NULL, q->norm ? &kw : NULL, 1e-6f,
+            tu_ok(cpu->ops->qk_rope_store(cpu, &xt, q->norm ? &qw : NULL, q->norm ? &kw : NULL, 1e-6f,
                                        &r, &p, &d, &kv));
         } else {
             if (q->norm) {
-                ok(cpu->ops->head_rmsnorm(cpu, &xt, 0, q->H, q->hd, &qw, 1e-6f));
-                ok(cpu->ops->head_rmsnorm(cpu, &xt, qd, q->KVH, q->hd, &kw, 1e-6f));
+                tu_ok(cpu->ops->head_rmsnorm(cpu, &xt, 0, q->H, q->hd, &qw, 1e-6f));
+                tu_ok(cpu->ops->head_rmsnorm(cpu, &xt, qd, q->KVH, q->hd, &kw, 1e-6f));
             }
-            ok(cpu->ops->rope(cpu, &xt, 0, q->H, &d.positions, &r));
-            ok(cpu->ops->rope(cpu, &xt, qd, q->KVH, &d.positions, &r));
-            ok(cpu->ops->kv_store(cpu, &xt, qd, qd + kvd, &d, &kv));
+            tu_ok(cpu->ops->rope(cpu, &xt, 0, q->H, &d.positions, &r));
+            tu_ok(cpu->ops->rope(cpu, &xt, qd, q->KVH, &d.positions, &r));
+            tu_ok(cpu->ops->kv_store(cpu, &xt, qd, qd + kvd, &d, &kv));
         }
         struct tern_dtensor *all[3] = {&xt, &kv.k, &kv.v};
         for (int k = 0; k < 3; k++) {
             res[fused][k] = tern_malloc(tern_dtensor_bytes(all[k]));
-            ok(cpu->ops->download(cpu, res[fused][k], all[k], tern_dtensor_bytes(all[k])));
+            tu_ok(cpu->ops->download(cpu, res[fused][k], all[k], tern_dtensor_bytes(all[k])));
         }
         struct tern_dtensor *fr[8] = {&xt, &kv.k,        &kv.v,           &qw,
                                       &kw, &d.positions, &d.slot_mapping, &r.inv_freq};
@@ -178,12 +167,12 @@ static void test_matmul_glu(void **state)
                                 .out_features = 2 * FF};
         if (fused) {
             assert_non_null(cpu->ops->matmul_glu);
-            ok(cpu->ops->matmul_glu(cpu, &xt, &l, &g, &a));
+            tu_ok(cpu->ops->matmul_glu(cpu, &xt, &l, &g, &a));
         } else {
-            ok(cpu->ops->matmul(cpu, &xt, &l, &g, 0));
-            ok(cpu->ops->silu_mul(cpu, &g, &a));
+            tu_ok(cpu->ops->matmul(cpu, &xt, &l, &g, 0));
+            tu_ok(cpu->ops->silu_mul(cpu, &g, &a));
         }
-        ok(cpu->ops->download(cpu, act[fused], &a, sizeof act[fused]));
+        tu_ok(cpu->ops->download(cpu, act[fused], &a, sizeof act[fused]));
         struct tern_dtensor *fr[4] = {&xt, &g, &a, &l.weight};
         for (int k = 0; k < 4; k++) tern_dtensor_free(cpu, fr[k]);
     }
@@ -224,18 +213,18 @@ static void test_matmul_add_rmsnorm(void **state)
             struct tern_linear l = {.weight = mk(2, ws, TERN_DTYPE_F32, w), .in_features = IN,
                                     .out_features = D};
             memset(h[norm][fused], 0, sizeof h[norm][fused]);
-            ok(cpu->ops->upload(cpu, &ht, h[norm][fused], sizeof h[norm][fused]));
+            tu_ok(cpu->ops->upload(cpu, &ht, h[norm][fused], sizeof h[norm][fused]));
             const struct tern_dtensor *nwp = norm ? &nt : NULL;
             if (fused) {
                 assert_non_null(cpu->ops->matmul_add_rmsnorm);
-                ok(cpu->ops->matmul_add_rmsnorm(cpu, &xt, &l, &rt, &pt, nwp, 1e-5f, &ht));
+                tu_ok(cpu->ops->matmul_add_rmsnorm(cpu, &xt, &l, &rt, &pt, nwp, 1e-5f, &ht));
             } else {
-                ok(cpu->ops->matmul(cpu, &xt, &l, &pt, 0));
-                if (norm) ok(cpu->ops->add_rmsnorm(cpu, &rt, &pt, &nt, 1e-5f, &ht));
-                else ok(cpu->ops->add(cpu, &rt, &pt, &rt));
+                tu_ok(cpu->ops->matmul(cpu, &xt, &l, &pt, 0));
+                if (norm) tu_ok(cpu->ops->add_rmsnorm(cpu, &rt, &pt, &nt, 1e-5f, &ht));
+                else tu_ok(cpu->ops->add(cpu, &rt, &pt, &rt));
             }
-            ok(cpu->ops->download(cpu, res[norm][fused], &rt, sizeof res[norm][fused]));
-            ok(cpu->ops->download(cpu, h[norm][fused], &ht, sizeof h[norm][fused]));
+            tu_ok(cpu->ops->download(cpu, res[norm][fused], &rt, sizeof res[norm][fused]));
+            tu_ok(cpu->ops->download(cpu, h[norm][fused], &ht, sizeof h[norm][fused]));
             struct tern_dtensor *fr[5] = {&xt, &rt, &pt, &ht, &l.weight};
             for (int k = 0; k < 5; k++) tern_dtensor_free(cpu, fr[k]);
             tern_dtensor_free(cpu, &nt);

@@ -21,18 +21,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static struct tern_backend *cpu, *gpu, *gpu_det;
 static uint64_t rng;
 
-static float frand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 40) & 0xffffff) / (float)(1 << 23) - 1.0f;
-}
+static float frand(void) { return tu_frand(&rng); }
 
 static float bfr(float f)
 {
@@ -46,17 +39,12 @@ static float *rand_vec(size_t n, float scale)
     return v;
 }
 
-static void ok(enum tern_status st)
-{
-    if (st != TERN_OK) fail_msg("%s: %s", tern_status_str(st), tern_last_error());
-}
-
 /* A tensor holding v (converted to dt), or NaN when v is NULL. */
 static struct tern_dtensor mk(struct tern_backend *be, enum tern_dtype dt, int nd,
                               const int64_t *shape, const float *v)
 {
     struct tern_dtensor t;
-    ok(tern_dtensor_alloc(be, dt, nd, shape, &t));
+    tu_ok(tern_dtensor_alloc(be, dt, nd, shape, &t));
     size_t n = tern_dtensor_numel(&t), es = tern_dtype_size(dt);
     unsigned char *b = tern_malloc(n * es);
     for (size_t i = 0; i < n; i++) {
@@ -66,7 +54,7 @@ static struct tern_dtensor mk(struct tern_backend *be, enum tern_dtype dt, int n
         else
             ((uint16_t *)b)[i] = tern_f32_to_bf16(f);
     }
-    ok(be->ops->upload(be, &t, b, n * es));
+    tu_ok(be->ops->upload(be, &t, b, n * es));
     tern_free(b);
     return t;
 }
@@ -76,7 +64,7 @@ static float *get(struct tern_backend *be, const struct tern_dtensor *t)
     size_t n = tern_dtensor_numel(t), es = tern_dtype_size(t->dtype);
     void *b = tern_malloc(n * es + 1);
     float *f = tern_malloc(n * sizeof *f + 1);
-    ok(be->ops->download(be, b, t, n * es));
+    tu_ok(be->ops->download(be, b, t, n * es));
     tern_to_f32(t->dtype, b, f, n);
     tern_free(b);
     return f;
@@ -112,25 +100,25 @@ static struct outs run(struct tern_backend *be, const struct acase *c, enum mode
     const struct tern_dtensor *np = c->norm ? &nt : NULL;
     struct tern_graph *g = NULL;
     if (m == GRAPH) {
-        ok(be->ops->graph_begin(be));
-        ok(be->ops->matmul_add_rmsnorm(be, &xt, &l, &rt, &pt, np, 1e-5f, &ht));
-        ok(be->ops->graph_end(be, &g));
+        tu_ok(be->ops->graph_begin(be));
+        tu_ok(be->ops->matmul_add_rmsnorm(be, &xt, &l, &rt, &pt, np, 1e-5f, &ht));
+        tu_ok(be->ops->graph_end(be, &g));
     }
     for (int k = 0; k < reps; k++) {
         if (m == GRAPH) {
-            ok(be->ops->graph_launch(be, g));
+            tu_ok(be->ops->graph_launch(be, g));
         } else if (m == FUSED) {
             assert_non_null(be->ops->matmul_add_rmsnorm);
-            ok(be->ops->matmul_add_rmsnorm(be, &xt, &l, &rt, &pt, np, 1e-5f, &ht));
+            tu_ok(be->ops->matmul_add_rmsnorm(be, &xt, &l, &rt, &pt, np, 1e-5f, &ht));
         } else {
-            ok(be->ops->matmul(be, &xt, &l, &pt, 0));
+            tu_ok(be->ops->matmul(be, &xt, &l, &pt, 0));
             if (c->norm)
-                ok(be->ops->add_rmsnorm(be, &rt, &pt, &nt, 1e-5f, &ht));
+                tu_ok(be->ops->add_rmsnorm(be, &rt, &pt, &nt, 1e-5f, &ht));
             else
-                ok(be->ops->add(be, &rt, &pt, &rt));
+                tu_ok(be->ops->add(be, &rt, &pt, &rt));
         }
     }
-    ok(be->ops->sync(be));
+    tu_ok(be->ops->sync(be));
     struct outs o = {get(be, &rt), get(be, &ht)};
     if (g) be->ops->graph_free(be, g);
     struct tern_dtensor *fr[6] = {&l.weight, &l.bias, &xt, &rt, &pt, &ht};
@@ -247,21 +235,19 @@ static void test_deterministic(void **state)
 static int group_setup(void **state)
 {
     (void)state;
-    rng = (uint64_t)time(NULL) * 2654435761u + 12345u;
-    if (getenv("TERN_TEST_SEED")) rng = strtoull(getenv("TERN_TEST_SEED"), NULL, 10);
-    printf("seed %llu (TERN_TEST_SEED to repeat)\n", (unsigned long long)rng);
+    rng = tu_seed();
     /* the dense GEMV's epilogue is opt-in (cuda_matmul.c): test it */
     setenv("TERN_CUDA_FUSE_OPS", "qkr,glu,arn", 0);
     struct tern_backend_params p = {.device = TERN_DEVICE_CPU};
-    ok(tern_backend_create(&p, &cpu));
+    tu_ok(tern_backend_create(&p, &cpu));
     if (!tern_backend_cuda_available()) {
         printf("skipped: no CUDA device\n");
         return 0;
     }
     p.device = TERN_DEVICE_CUDA;
-    ok(tern_backend_create(&p, &gpu));
+    tu_ok(tern_backend_create(&p, &gpu));
     p.deterministic = true;
-    ok(tern_backend_create(&p, &gpu_det));
+    tu_ok(tern_backend_create(&p, &gpu_det));
     return 0;
 }
 

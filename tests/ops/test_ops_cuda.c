@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define TOL_BF16 1.5e-2
 #define TOL_F32 1e-5
@@ -28,13 +27,7 @@
 static struct tern_backend *cpu, *gpu, *gpu_det;
 static uint64_t rng;
 
-static float frand(void) /* uniform in [-1, 1), never exactly zero-filled */
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 40) & 0xffffff) / (float)(1 << 23) - 1.0f;
-}
+static float frand(void) { return tu_frand(&rng); }
 
 static float bfr(float f) { return tern_bf16_to_f32(tern_f32_to_bf16(f)); }
 
@@ -127,11 +120,6 @@ static float *get(struct tern_backend *be, const struct tern_dtensor *t)
     return f;
 }
 
-static void ok(enum tern_status st)
-{
-    if (st != TERN_OK) fail_msg("%s: %s", tern_status_str(st), tern_last_error());
-}
-
 /* Compares and frees both arrays. */
 static void expect_close(const char *what, float *g, float *c, size_t n, double tol)
 {
@@ -169,8 +157,8 @@ static void test_get_rows(void **state)
         for (int odt = 0; odt < 2; odt++) {
             enum tern_dtype od = odt ? TERN_DTYPE_BF16 : TERN_DTYPE_F32;
             struct tern_dtensor oc = mk_out(cpu, TERN_DTYPE_F32, 2, os), og = mk_out(gpu, od, 2, os);
-            ok(cpu->ops->get_rows(cpu, &lc, &ic, &oc));
-            ok(gpu->ops->get_rows(gpu, &lg, &ig, &og));
+            tu_ok(cpu->ops->get_rows(cpu, &lc, &ic, &oc));
+            tu_ok(gpu->ops->get_rows(gpu, &lg, &ig, &og));
             char name[64];
             snprintf(name, sizeof name, "get_rows %s -> %s", tern_dtype_name(tdts[k]),
                      tern_dtype_name(od));
@@ -196,8 +184,8 @@ static void test_rmsnorm(void **state)
             struct tern_dtensor wc = mk(cpu, TERN_DTYPE_BF16, 1, ws, w);
             struct tern_dtensor wg = mk(gpu, TERN_DTYPE_BF16, 1, ws, w);
             struct tern_dtensor oc = mk_out(cpu, TERN_DTYPE_F32, 2, s), og = mk_out(gpu, adt, 2, s);
-            ok(cpu->ops->rmsnorm(cpu, &xc, &wc, 1e-5f, &oc));
-            ok(gpu->ops->rmsnorm(gpu, &xg, &wg, 1e-5f, &og));
+            tu_ok(cpu->ops->rmsnorm(cpu, &xc, &wc, 1e-5f, &oc));
+            tu_ok(gpu->ops->rmsnorm(gpu, &xg, &wg, 1e-5f, &og));
             char name[64];
             snprintf(name, sizeof name, "rmsnorm dim %lld %s", (long long)dim, tern_dtype_name(adt));
             double tol = f32 ? TOL_F32 : TOL_BF16;
@@ -206,8 +194,8 @@ static void test_rmsnorm(void **state)
             struct tern_dtensor rc = mk(cpu, TERN_DTYPE_F32, 2, s, r), rg = mk(gpu, adt, 2, s, r);
             oc = mk_out(cpu, TERN_DTYPE_F32, 2, s);
             og = mk_out(gpu, adt, 2, s);
-            ok(cpu->ops->add_rmsnorm(cpu, &rc, &xc, &wc, 1e-6f, &oc));
-            ok(gpu->ops->add_rmsnorm(gpu, &rg, &xg, &wg, 1e-6f, &og));
+            tu_ok(cpu->ops->add_rmsnorm(cpu, &rc, &xc, &wc, 1e-6f, &oc));
+            tu_ok(gpu->ops->add_rmsnorm(gpu, &rg, &xg, &wg, 1e-6f, &og));
             snprintf(name, sizeof name, "add_rmsnorm dim %lld %s: residual", (long long)dim,
                      tern_dtype_name(adt));
             expect_close(name, get(gpu, &rg), get(cpu, &rc), (size_t)(rows * dim), tol);
@@ -245,22 +233,22 @@ static void test_head_rmsnorm_rope(void **state)
                                .inv_freq = mk(cpu, TERN_DTYPE_F32, 1, fs, inv)};
         struct tern_rope rg = rc;
         rg.inv_freq = mk(gpu, TERN_DTYPE_F32, 1, fs, inv);
-        ok(cpu->ops->head_rmsnorm(cpu, &xc, cs[k].x_col, cs[k].n_heads, cs[k].hd, &wc, 1e-6f));
-        ok(gpu->ops->head_rmsnorm(gpu, &xg, cs[k].x_col, cs[k].n_heads, cs[k].hd, &wg, 1e-6f));
+        tu_ok(cpu->ops->head_rmsnorm(cpu, &xc, cs[k].x_col, cs[k].n_heads, cs[k].hd, &wc, 1e-6f));
+        tu_ok(gpu->ops->head_rmsnorm(gpu, &xg, cs[k].x_col, cs[k].n_heads, cs[k].hd, &wg, 1e-6f));
         char name[80];
         snprintf(name, sizeof name, "head_rmsnorm hd %d heads %d", cs[k].hd, cs[k].n_heads);
         expect_close(name, get(gpu, &xg), get(cpu, &xc), (size_t)(T * width), TOL_BF16);
         /* Rope on fresh values (the normed ones are already rounded differently). */
         put(cpu, &xc, x);
         put(gpu, &xg, x);
-        ok(cpu->ops->rope(cpu, &xc, cs[k].x_col, cs[k].n_heads, &pc, &rc));
-        ok(gpu->ops->rope(gpu, &xg, cs[k].x_col, cs[k].n_heads, &pg, &rg));
+        tu_ok(cpu->ops->rope(cpu, &xc, cs[k].x_col, cs[k].n_heads, &pc, &rc));
+        tu_ok(gpu->ops->rope(gpu, &xg, cs[k].x_col, cs[k].n_heads, &pg, &rg));
         snprintf(name, sizeof name, "rope hd %d rot %d %s", cs[k].hd, cs[k].rot,
                  cs[k].inter ? "interleaved" : "rotate-half");
         expect_close(name, get(gpu, &xg), get(cpu, &xc), (size_t)(T * width), TOL_BF16);
         /* F32 activations on the GPU: exact up to sin/cos rounding. */
         struct tern_dtensor xf = mk(gpu, TERN_DTYPE_F32, 2, s, x);
-        ok(gpu->ops->rope(gpu, &xf, cs[k].x_col, cs[k].n_heads, &pg, &rg));
+        tu_ok(gpu->ops->rope(gpu, &xf, cs[k].x_col, cs[k].n_heads, &pg, &rg));
         snprintf(name, sizeof name, "rope hd %d rot %d f32", cs[k].hd, cs[k].rot);
         expect_close(name, get(gpu, &xf), get(cpu, &xc), (size_t)(T * width), 1e-5);
         tern_free(x);
@@ -277,13 +265,13 @@ static void test_elementwise(void **state)
     float *gu = rand_vec((size_t)(T * 2 * ff), 4.0f), *b = rand_vec((size_t)(T * ff), 2.0f);
     struct tern_dtensor gc = mk(cpu, TERN_DTYPE_F32, 2, s2, gu), gg = mk(gpu, TERN_DTYPE_BF16, 2, s2, gu);
     struct tern_dtensor oc = mk_out(cpu, TERN_DTYPE_F32, 2, s1), og = mk_out(gpu, TERN_DTYPE_BF16, 2, s1);
-    ok(cpu->ops->silu_mul(cpu, &gc, &oc));
-    ok(gpu->ops->silu_mul(gpu, &gg, &og));
+    tu_ok(cpu->ops->silu_mul(cpu, &gc, &oc));
+    tu_ok(gpu->ops->silu_mul(gpu, &gg, &og));
     expect_close("silu_mul", get(gpu, &og), get(cpu, &oc), (size_t)(T * ff), TOL_BF16);
     struct tern_dtensor bc = mk(cpu, TERN_DTYPE_F32, 2, s1, b), bg = mk(gpu, TERN_DTYPE_BF16, 2, s1, b);
     struct tern_dtensor ac = mk_out(cpu, TERN_DTYPE_F32, 2, s1), ag = mk_out(gpu, TERN_DTYPE_BF16, 2, s1);
-    ok(cpu->ops->add(cpu, &oc, &bc, &ac));
-    ok(gpu->ops->add(gpu, &og, &bg, &ag));
+    tu_ok(cpu->ops->add(cpu, &oc, &bc, &ac));
+    tu_ok(gpu->ops->add(gpu, &og, &bg, &ag));
     expect_close("add", get(gpu, &ag), get(cpu, &ac), (size_t)(T * ff), TOL_BF16);
 
     int64_t n = 3, V = 50021, ls[2] = {n, V}, is[1] = {n};
@@ -292,11 +280,11 @@ static void test_elementwise(void **state)
     lg[1 * V + 40000] = 20.0f;
     struct tern_dtensor lc = mk(cpu, TERN_DTYPE_F32, 2, ls, lg), lgd = mk(gpu, TERN_DTYPE_F32, 2, ls, lg);
     struct tern_dtensor mc = dt_new(cpu, TERN_DTYPE_I32, 1, is), mg = dt_new(gpu, TERN_DTYPE_I32, 1, is);
-    ok(cpu->ops->argmax(cpu, &lc, &mc));
-    ok(gpu->ops->argmax(gpu, &lgd, &mg));
+    tu_ok(cpu->ops->argmax(cpu, &lc, &mc));
+    tu_ok(gpu->ops->argmax(gpu, &lgd, &mg));
     int32_t rc[3], rg[3];
-    ok(cpu->ops->download(cpu, rc, &mc, sizeof rc));
-    ok(gpu->ops->download(gpu, rg, &mg, sizeof rg));
+    tu_ok(cpu->ops->download(cpu, rc, &mc, sizeof rc));
+    tu_ok(gpu->ops->download(gpu, rg, &mg, sizeof rg));
     for (int i = 0; i < n; i++) assert_int_equal(rg[i], rc[i]);
     assert_int_equal(rg[1], 777);
     tern_free(gu);
@@ -329,8 +317,8 @@ static void run_matmul(const struct mm_case *m)
     }
     struct tern_dtensor xc = mk(cpu, TERN_DTYPE_F32, 2, xs, x), xg = mk(gpu, TERN_DTYPE_BF16, 2, xs, x);
     struct tern_dtensor yc = mk_out(cpu, TERN_DTYPE_F32, 2, ys), yg = mk_out(gpu, m->ydt, 2, ys);
-    ok(cpu->ops->matmul(cpu, &xc, &lc, &yc, m->y_col));
-    ok(gpu->ops->matmul(gpu, &xg, &lg, &yg, m->y_col));
+    tu_ok(cpu->ops->matmul(cpu, &xc, &lc, &yc, m->y_col));
+    tu_ok(gpu->ops->matmul(gpu, &xg, &lg, &yg, m->y_col));
     float *gv = get(gpu, &yg), *cv = get(cpu, &yc);
     /* Columns outside the slice must still hold the poison. */
     for (int64_t t = 0; t < m->T; t++)
@@ -458,7 +446,7 @@ static void world_fill(struct tern_backend *be, struct attn_world *w, struct ter
     float *rows = build(be, w, sel, w->n_seqs, true, b);
     int64_t s[2] = {b->h.n_tokens, world_width(w)};
     struct tern_dtensor q = mk(be, be->act_dtype, 2, s, rows);
-    ok(be->ops->kv_store(be, &q, (int64_t)w->H * w->D, (int64_t)(w->H + w->KVH) * w->D, &b->d, kv));
+    tu_ok(be->ops->kv_store(be, &q, (int64_t)w->H * w->D, (int64_t)(w->H + w->KVH) * w->D, &b->d, kv));
     tern_free(rows);
     tern_free(b);
 }
@@ -486,7 +474,7 @@ static float *world_attend(struct tern_backend *be, const struct attn_world *w,
     struct tern_dtensor o = mk_out(be, be->act_dtype, 2, os);
     struct tern_attn_params p = world_params(w);
     if (attend_max_seq_len > b->d.max_seq_len) b->d.max_seq_len = attend_max_seq_len;
-    ok(be->ops->attention(be, &q, kv, &b->d, &p, &o));
+    tu_ok(be->ops->attention(be, &q, kv, &b->d, &p, &o));
     float *out = get(be, &o);
     *n_tok = (int)T;
     tern_free(rows);
@@ -654,15 +642,15 @@ static void decode_replay(struct tern_backend *be)
         tern_free(rows);
         if (k == 0) {
             b0->d.max_seq_len = 1024;
-            ok(be->ops->graph_begin(be));
+            tu_ok(be->ops->graph_begin(be));
             enum tern_status st = be->ops->attention(be, &q, &kg, &b0->d, &p, &o);
-            ok(be->ops->graph_end(be, &g));
-            ok(st);
+            tu_ok(be->ops->graph_end(be, &g));
+            tu_ok(st);
         } else {
-            ok(be->ops->upload(be, &b0->d.positions, b->pos, 3 * 4));
-            ok(be->ops->upload(be, &b0->d.seq_lens, b->lens, 3 * 4));
+            tu_ok(be->ops->upload(be, &b0->d.positions, b->pos, 3 * 4));
+            tu_ok(be->ops->upload(be, &b0->d.seq_lens, b->lens, 3 * 4));
         }
-        ok(be->ops->graph_launch(be, g));
+        tu_ok(be->ops->graph_launch(be, g));
         int tc;
         float *oc = world_attend(cpu, &w, &kc, sel, 3, &tc);
         char name[64];
@@ -721,11 +709,11 @@ static void argmax_case(int64_t V)
     lg[7 * V + 5] = 70.0f;
     struct tern_dtensor lc = mk(cpu, TERN_DTYPE_F32, 2, ls, lg), lgd = mk(gpu, TERN_DTYPE_F32, 2, ls, lg);
     struct tern_dtensor mc = dt_new(cpu, TERN_DTYPE_I32, 1, is), mg = dt_new(gpu, TERN_DTYPE_I32, 1, is);
-    ok(cpu->ops->argmax(cpu, &lc, &mc));
-    ok(gpu->ops->argmax(gpu, &lgd, &mg));
+    tu_ok(cpu->ops->argmax(cpu, &lc, &mc));
+    tu_ok(gpu->ops->argmax(gpu, &lgd, &mg));
     int32_t rc[N], rg[N];
-    ok(cpu->ops->download(cpu, rc, &mc, sizeof rc));
-    ok(gpu->ops->download(gpu, rg, &mg, sizeof rg));
+    tu_ok(cpu->ops->download(cpu, rc, &mc, sizeof rc));
+    tu_ok(gpu->ops->download(gpu, rg, &mg, sizeof rg));
     for (int i = 0; i < N; i++) {
         int32_t want = argmax_ref(lg + i * V, V);
         if (rg[i] != want) fail_msg("argmax V %lld row %d: %d, want %d", (long long)V, i, rg[i], want);
@@ -770,7 +758,7 @@ static void test_batch_invariance(void **state)
             int64_t xs[2] = {T, in}, ys[2] = {T, out};
             struct tern_dtensor xt = mk(gpu_det, TERN_DTYPE_BF16, 2, xs, xb);
             struct tern_dtensor yt = mk_out(gpu_det, ydt, 2, ys);
-            ok(gpu_det->ops->matmul(gpu_det, &xt, &l, &yt, 0));
+            tu_ok(gpu_det->ops->matmul(gpu_det, &xt, &l, &yt, 0));
             float *y = get(gpu_det, &yt);
             if (!ref) {
                 ref = tern_malloc(sizeof(float) * (size_t)out);
@@ -851,15 +839,15 @@ static void run_qk_rope_store(const struct qrs_case *q)
                               .mscale = q->mscale, .inv_freq = mk(be, TERN_DTYPE_F32, 1, fs, inv)};
         if (b < 2) {
             assert_non_null(be->ops->qk_rope_store);
-            ok(be->ops->qk_rope_store(be, &xt, q->norm ? &qw : NULL, q->norm ? &kw : NULL, 1e-6f,
+            tu_ok(be->ops->qk_rope_store(be, &xt, q->norm ? &qw : NULL, q->norm ? &kw : NULL, 1e-6f,
                                       &r, &p, &d, &kv));
         } else {
             if (q->norm) {
-                ok(be->ops->head_rmsnorm(be, &xt, 0, q->H, q->hd, &qw, 1e-6f));
-                ok(be->ops->head_rmsnorm(be, &xt, qd, q->KVH, q->hd, &kw, 1e-6f));
+                tu_ok(be->ops->head_rmsnorm(be, &xt, 0, q->H, q->hd, &qw, 1e-6f));
+                tu_ok(be->ops->head_rmsnorm(be, &xt, qd, q->KVH, q->hd, &kw, 1e-6f));
             }
-            ok(be->ops->rope(be, &xt, 0, q->H + q->KVH, &d.positions, &r));
-            ok(be->ops->kv_store(be, &xt, qd, qd + kvd, &d, &kv));
+            tu_ok(be->ops->rope(be, &xt, 0, q->H + q->KVH, &d.positions, &r));
+            tu_ok(be->ops->kv_store(be, &xt, qd, qd + kvd, &d, &kv));
         }
         res[b][0] = get(be, &xt);
         res[b][1] = get(be, &kv.k);
@@ -932,10 +920,10 @@ static void test_matmul_glu(void **state)
             struct tern_dtensor a = mk_out(be, dt, 2, as);
             if (b < 2) {
                 assert_non_null(be->ops->matmul_glu);
-                ok(be->ops->matmul_glu(be, &xt, &l, &g, &a));
+                tu_ok(be->ops->matmul_glu(be, &xt, &l, &g, &a));
             } else {
-                ok(be->ops->matmul(be, &xt, &l, &g, 0));
-                ok(be->ops->silu_mul(be, &g, &a));
+                tu_ok(be->ops->matmul(be, &xt, &l, &g, 0));
+                tu_ok(be->ops->silu_mul(be, &g, &a));
             }
             r[b] = get(be, &a);
             free_all();
@@ -953,19 +941,17 @@ static void test_matmul_glu(void **state)
 
 static int group_setup(void **state)
 {
-    rng = (uint64_t)time(NULL) * 2654435761u + 12345u;
-    if (getenv("TERN_TEST_SEED")) rng = strtoull(getenv("TERN_TEST_SEED"), NULL, 10);
-    printf("seed %llu (TERN_TEST_SEED to repeat)\n", (unsigned long long)rng);
+    rng = tu_seed();
     struct tern_backend_params p = {.device = TERN_DEVICE_CPU};
-    ok(tern_backend_create(&p, &cpu));
+    tu_ok(tern_backend_create(&p, &cpu));
     if (!tern_backend_cuda_available()) {
         printf("skipped: no CUDA device\n");
         return 0;
     }
     p.device = TERN_DEVICE_CUDA;
-    ok(tern_backend_create(&p, &gpu));
+    tu_ok(tern_backend_create(&p, &gpu));
     p.deterministic = true;
-    ok(tern_backend_create(&p, &gpu_det));
+    tu_ok(tern_backend_create(&p, &gpu_det));
     return 0;
 }
 

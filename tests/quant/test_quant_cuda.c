@@ -42,25 +42,14 @@
 static struct tern_backend *cpu, *gpu, *gpu_det;
 static uint64_t rng = 88172645463325252ull;
 
-static float frand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 40) & 0xffffff) / (float)(1 << 23) - 1.0f;
-}
-
-static void ok(enum tern_status st)
-{
-    if (st != TERN_OK) fail_msg("%s: %s", tern_status_str(st), tern_last_error());
-}
+static float frand(void) { return tu_frand(&rng); }
 
 static struct tern_dtensor up(struct tern_backend *be, enum tern_dtype dt, int nd,
                               const int64_t *shape, const void *data)
 {
     struct tern_dtensor t;
-    ok(tern_dtensor_alloc(be, dt, nd, shape, &t));
-    if (data) ok(be->ops->upload(be, &t, data, tern_dtensor_bytes(&t)));
+    tu_ok(tern_dtensor_alloc(be, dt, nd, shape, &t));
+    if (data) tu_ok(be->ops->upload(be, &t, data, tern_dtensor_bytes(&t)));
     return t;
 }
 
@@ -69,7 +58,7 @@ static float *down(struct tern_backend *be, const struct tern_dtensor *t)
     size_t n = tern_dtensor_numel(t), es = tern_dtype_size(t->dtype);
     void *b = tern_malloc(n * es);
     float *f = tern_malloc(n * sizeof *f);
-    ok(be->ops->download(be, b, t, n * es));
+    tu_ok(be->ops->download(be, b, t, n * es));
     tern_to_f32(t->dtype, b, f, n);
     tern_free(b);
     return f;
@@ -145,8 +134,8 @@ static double run_matmul(struct tern_backend *g, struct tern_linear *lg, struct 
     }
     struct tern_dtensor xc = up(cpu, TERN_DTYPE_F32, 2, xs, xf), yc = up(cpu, TERN_DTYPE_F32, 2, ys, NULL);
     struct tern_dtensor xg = up(g, TERN_DTYPE_BF16, 2, xs, xb), yg = up(g, TERN_DTYPE_F32, 2, ys, NULL);
-    ok(cpu->ops->matmul(cpu, &xc, lc, &yc, 0));
-    ok(g->ops->matmul(g, &xg, lg, &yg, 0));
+    tu_ok(cpu->ops->matmul(cpu, &xc, lc, &yc, 0));
+    tu_ok(g->ops->matmul(g, &xg, lg, &yg, 0));
     float *rc = down(cpu, &yc), *rg = down(g, &yg);
     double e = tu_max_rel_err(rg, rc, (size_t)(T * out));
     tern_free(rc);
@@ -166,8 +155,8 @@ static double run_get_rows(struct tern_linear *lg, struct tern_linear *lc, int64
     int64_t is[1] = {5}, os[2] = {5, in};
     struct tern_dtensor ic = up(cpu, TERN_DTYPE_I32, 1, is, ids), ig = up(gpu, TERN_DTYPE_I32, 1, is, ids);
     struct tern_dtensor oc = up(cpu, TERN_DTYPE_F32, 2, os, NULL), og = up(gpu, TERN_DTYPE_F32, 2, os, NULL);
-    ok(cpu->ops->get_rows(cpu, lc, &ic, &oc));
-    ok(gpu->ops->get_rows(gpu, lg, &ig, &og));
+    tu_ok(cpu->ops->get_rows(cpu, lc, &ic, &oc));
+    tu_ok(gpu->ops->get_rows(gpu, lg, &ig, &og));
     float *rc = down(cpu, &oc), *rg = down(gpu, &og);
     double e = tu_max_rel_err(rg, rc, (size_t)(5 * in));
     tern_free(rc);
@@ -185,7 +174,7 @@ static float *gpu_y(struct tern_backend *g, struct tern_linear *lg, const uint16
 {
     int64_t xs[2] = {T, in}, ys[2] = {T, out};
     struct tern_dtensor xg = up(g, TERN_DTYPE_BF16, 2, xs, xb), yg = up(g, TERN_DTYPE_F32, 2, ys, NULL);
-    ok(g->ops->matmul(g, &xg, lg, &yg, 0));
+    tu_ok(g->ops->matmul(g, &xg, lg, &yg, 0));
     float *r = down(g, &yg);
     tern_dtensor_free(g, &xg);
     tern_dtensor_free(g, &yg);
@@ -426,12 +415,12 @@ static void check_glu(int g, enum tern_dtype sdt, int64_t ff, int64_t in)
             struct tern_dtensor gu = up(be, TERN_DTYPE_BF16, 2, gs, NULL);
             struct tern_dtensor a1 = up(be, TERN_DTYPE_BF16, 2, as, NULL);
             struct tern_dtensor a2 = up(be, TERN_DTYPE_BF16, 2, as, NULL);
-            ok(be->ops->matmul_glu(be, &x, &lg, &gu, &a1));
-            ok(be->ops->matmul(be, &x, &lg, &gu, 0));
-            ok(be->ops->silu_mul(be, &gu, &a2));
+            tu_ok(be->ops->matmul_glu(be, &x, &lg, &gu, &a1));
+            tu_ok(be->ops->matmul(be, &x, &lg, &gu, 0));
+            tu_ok(be->ops->silu_mul(be, &gu, &a2));
             uint16_t *h1 = tern_malloc((size_t)(T * ff) * 2), *h2 = tern_malloc((size_t)(T * ff) * 2);
-            ok(be->ops->download(be, h1, &a1, (size_t)(T * ff) * 2));
-            ok(be->ops->download(be, h2, &a2, (size_t)(T * ff) * 2));
+            tu_ok(be->ops->download(be, h1, &a1, (size_t)(T * ff) * 2));
+            tu_ok(be->ops->download(be, h2, &a2, (size_t)(T * ff) * 2));
             int64_t nz = 0;
             for (int64_t k = 0; k < T * ff; k++) nz += h2[k] != 0;
             if (memcmp(h1, h2, (size_t)(T * ff) * 2) != 0 || nz < T * ff / 2)
@@ -497,17 +486,17 @@ static void check_epi(int g, enum tern_dtype sdt, int64_t dim, int64_t in)
             struct tern_dtensor h1 = up(gpu, TERN_DTYPE_BF16, 2, rs, NULL);
             struct tern_dtensor h2 = up(gpu, TERN_DTYPE_BF16, 2, rs, NULL);
             const struct tern_dtensor *nwp = with_norm ? &nw : NULL;
-            ok(gpu->ops->matmul_add_rmsnorm(gpu, &x, &lg, &r1, &p1, nwp, 1e-5f, &h1));
-            ok(gpu->ops->matmul(gpu, &x, &lg, &p2, 0));
-            if (with_norm) ok(gpu->ops->add_rmsnorm(gpu, &r2, &p2, &nw, 1e-5f, &h2));
-            else ok(gpu->ops->add(gpu, &r2, &p2, &r2));
+            tu_ok(gpu->ops->matmul_add_rmsnorm(gpu, &x, &lg, &r1, &p1, nwp, 1e-5f, &h1));
+            tu_ok(gpu->ops->matmul(gpu, &x, &lg, &p2, 0));
+            if (with_norm) tu_ok(gpu->ops->add_rmsnorm(gpu, &r2, &p2, &nw, 1e-5f, &h2));
+            else tu_ok(gpu->ops->add(gpu, &r2, &p2, &r2));
             size_t rn = (size_t)(T * dim) * 4, hn = (size_t)(T * dim) * 2;
             float *f1 = tern_malloc(rn), *f2 = tern_malloc(rn);
             uint16_t *g1 = tern_malloc(hn), *g2 = tern_malloc(hn);
-            ok(gpu->ops->download(gpu, f1, &r1, rn));
-            ok(gpu->ops->download(gpu, f2, &r2, rn));
-            ok(gpu->ops->download(gpu, g1, &h1, hn));
-            ok(gpu->ops->download(gpu, g2, &h2, hn));
+            tu_ok(gpu->ops->download(gpu, f1, &r1, rn));
+            tu_ok(gpu->ops->download(gpu, f2, &r2, rn));
+            tu_ok(gpu->ops->download(gpu, g1, &h1, hn));
+            tu_ok(gpu->ops->download(gpu, g2, &h2, hn));
             int64_t moved = 0, nz = 0;
             for (int64_t k = 0; k < T * dim; k++) moved += f2[k] != rb[k], nz += g2[k] != 0;
             if (memcmp(f1, f2, rn) != 0 || moved < T * dim / 2)
@@ -549,19 +538,19 @@ static int setup(void **state)
 {
     (void)state;
     struct tern_backend_params p = {.device = TERN_DEVICE_CPU};
-    ok(tern_backend_create(&p, &cpu));
+    tu_ok(tern_backend_create(&p, &cpu));
     if (!tern_backend_cuda_available()) {
         printf("skipped: no CUDA device\n");
         return 0;
     }
     p.device = TERN_DEVICE_CUDA;
-    ok(tern_backend_create(&p, &gpu));
+    tu_ok(tern_backend_create(&p, &gpu));
     p.deterministic = true;
-    ok(tern_backend_create(&p, &gpu_det));
+    tu_ok(tern_backend_create(&p, &gpu_det));
     p.deterministic = false;
     for (int a = 0; a < N_ALT; a++) {
         setenv("TERN_QUANT_KERNEL", alt_name[a], 1);
-        ok(tern_backend_create(&p, &alt[a]));
+        tu_ok(tern_backend_create(&p, &alt[a]));
     }
     unsetenv("TERN_QUANT_KERNEL");
     return 0;
