@@ -73,7 +73,8 @@ static enum tern_status pool_ready(struct tern_cuda *c)
 }
 
 /* The GEMV a quantized matmul takes (1..6), or 0 for dequantize + cuBLASLt:
- * a function of the weight's shape and format, the mode and T only. */
+ * a function of the weight's shape and format, the mode and T only. A
+ * forced v3 or v6 that does not apply to the operands becomes v1. */
 static int quant_pick(const struct tern_cuda *c, const struct tern_dtensor *x,
                       const struct tk_qmat *m, int64_t in, int64_t out)
 {
@@ -83,8 +84,8 @@ static int quant_pick(const struct tern_cuda *c, const struct tern_dtensor *x,
     bool mma_ok = tk_qgemv_mma_ok(m, xp, (int)x->dtype, in, in, out) != 0;
     bool v6_ok = tk_qgemv6_ok(m, xp, (int)x->dtype, in, in, out) != 0;
     if (ver == 0) ver = mma_ok && m->bits == 4 ? 3 : 1;
-    if (ver == 6 && !v6_ok) ver = 1;
-    int64_t max_t = ver == 6 || (ver == 3 && mma_ok) ? QMMA_MAX_T : TERN_CUDA_GEMV_MAX_T;
+    if ((ver == 6 && !v6_ok) || (ver == 3 && !mma_ok)) ver = 1;
+    int64_t max_t = ver == 6 || ver == 3 ? QMMA_MAX_T : TERN_CUDA_GEMV_MAX_T;
     bool lt = x->dtype == TERN_DTYPE_BF16 && in % 8 == 0 && (c->base.deterministic || T > max_t);
     return lt ? 0 : ver;
 }
@@ -106,7 +107,7 @@ enum tern_status tern_cuda_matmul_quant(struct tern_cuda *c, const struct tern_d
             if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv6", (int)e, __FILE__, __LINE__);
             return TERN_OK;
         }
-        if (ver == 3 && tk_qgemv_mma_ok(&m, xp, (int)x->dtype, in, in, out)) {
+        if (ver == 3) {
             cudaError_t e = tk_qgemv_mma(c->stream, &m, xp, in, bias, bdt, y, ydt, ys, T, in, out);
             if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv_mma", (int)e, __FILE__, __LINE__);
             return TERN_OK;
@@ -155,7 +156,6 @@ enum tern_status tern_cuda_matmul_glu_quant(struct tern_cuda *c, const struct te
     struct tk_qmat m = qmat_of(w);
     const void *xp = tern_cuda_ptr(x);
     int ver = out % 2 == 0 ? quant_pick(c, x, &m, in, out) : 0;
-    if (ver == 3 && !tk_qgemv_mma_ok(&m, xp, (int)x->dtype, in, in, out)) ver = 0;
     if (ver != 3 && ver != 6) return TERN_OK;
     const void *bias = w->bias.buf ? tern_cuda_ptr(&w->bias) : NULL;
     int bdt = bias ? (int)w->bias.dtype : 0;
@@ -177,8 +177,7 @@ enum tern_status tern_cuda_matmul_epi_quant(struct tern_cuda *c, const struct te
     int64_t T = x->shape[0], in = w->in_features, out = w->out_features;
     struct tk_qmat m = qmat_of(w);
     const void *xp = tern_cuda_ptr(x);
-    if (quant_pick(c, x, &m, in, out) != 3 || !tk_qgemv_mma_ok(&m, xp, (int)x->dtype, in, in, out))
-        return TERN_OK;
+    if (quant_pick(c, x, &m, in, out) != 3) return TERN_OK;
     const void *bias = w->bias.buf ? tern_cuda_ptr(&w->bias) : NULL;
     cudaError_t err = tk_qgemv_mma_epi(c->stream, &m, xp, in, bias, bias ? (int)w->bias.dtype : 0,
                                        e, T, in, out);
