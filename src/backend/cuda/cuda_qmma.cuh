@@ -10,11 +10,18 @@
 
 #include "backend/cuda/cuda_common.cuh"
 
+/* 0x43004300 (bf16x2 128.0) where ptxas cannot see it: with both constants
+ * immediate, (x & m) | c costs two LOP3s (one immediate per LOP3); with c
+ * in a register it is one (q8_lab, 2026-11-30). */
+static __constant__ uint32_t tk_q4_magic = 0x43004300u;
+
 /* bf16x2 (128 + nibble j, 128 + nibble j + 4) of a packed 4-bit word: one
  * LOP3 after a shift (0x4300 is 128.0; q < 16 fits the 7-bit mantissa). */
 static __device__ __forceinline__ uint32_t tk_q4_pair(uint32_t w, int j)
 {
-    return ((w >> (4 * j)) & 0x000F000Fu) | 0x43004300u;
+    uint32_t d, s = j ? w >> (4 * j) : w;
+    asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;" : "=r"(d) : "r"(s), "r"(tk_q4_magic));
+    return d;
 }
 
 /* d = A B + d for one mma.sync m16n8k16, bf16 operands, f32 accumulators. */
