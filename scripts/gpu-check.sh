@@ -10,7 +10,8 @@
 # GPU_CHECK_RACECHECK=1 runs test_ops_cuda under compute-sanitizer racecheck,
 # GPU_CHECK_LONG=1 adds a 2048-token prompt bench (prefill) per model,
 # GPU_CHECK_Q4_KERNELS="v4 v1 TERN_CUDA_FUSE_OPS=qkr,glu,arn" adds 4-bit batch-1 runs
-# with those GEMVs (or environment settings), GPU_CHECK_BF16_ENVS="A=1,B=2 C=3" bf16 ones,
+# with those GEMVs (or environment settings), GPU_CHECK_BF16_ENVS="A=1+B=2 C=3" bf16 ones
+# (one run per space-separated entry, its settings joined by "+", values may hold commas),
 # GPU_CHECK_KEEP=1 leaves the models in /tmp/tern-llama8b{,-q4}, GPU_CHECK_MODELS="q4:/tmp/tern-llama8b-q4"
 # benches only the 4-bit model.
 set -uo pipefail
@@ -60,10 +61,10 @@ for m in ${GPU_CHECK_MODELS:-bf16:$MODEL q4:$Q}; do
   cr timeout 60 $C/tern bench --model "$d" --device cuda --prompt-len 512 --gen 64 --reps 3 \
     --json >"$OUT/single_$n.json" 2>"$OUT/single_$n.err"; echo "single $n rc=$?"
   # batch 1 again under other settings: GPU_CHECK_Q4_KERNELS="v6 NAME=value" (4-bit GEMV
-  # versions or settings), GPU_CHECK_BF16_ENVS="NAME=value[,NAME=value]" (dense model)
+  # versions or settings), GPU_CHECK_BF16_ENVS="NAME=value[+NAME=value]" (dense model)
   extra=${GPU_CHECK_BF16_ENVS:-}; [ $n = q4 ] && extra=${GPU_CHECK_Q4_KERNELS:-}
   for k in $extra; do
-    case $k in *=*) e=$(echo "$k" | tr ',' ' ') ;; *) e=TERN_QUANT_KERNEL=$k ;; esac
+    case $k in *=*) e=$(echo "$k" | tr '+' ' ') ;; *) e=TERN_QUANT_KERNEL=$k ;; esac
     f=$(echo "$k" | tr -c 'A-Za-z0-9_\n' _)
     env $e LD_LIBRARY_PATH=$C:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} timeout 60 $C/tern bench \
       --model "$d" --device cuda --prompt-len 512 --gen 64 --reps 3 --json \

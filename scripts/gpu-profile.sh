@@ -9,7 +9,8 @@
 #      kernels of one decode step, grouped by name, with their sum;
 #   3. ncu's memory / warp-state sections for the decode GEMVs of the first
 #      decode step (qkv, o, gate_up, down) and the lm_head.
-# Env: PROFILE_MODELS="q4 bf16" (models made), PROFILE_STEP_MODELS (step tables; default
+# Env: TRACE=1 (the real decode step, graphs on, as a time line: dev/trace/cupti_trace.c
+# + scripts/step-timeline.py; TRACE_RUNS="q4 q4:NAME=value,NAME2=v bf16"), PROFILE_MODELS="q4 bf16" (models made), PROFILE_STEP_MODELS (step tables; default
 # PROFILE_MODELS, "" for none), PROFILE_PROBE=1, PROFILE_SECTIONS=1, PROFILE_SPECS (which
 # kernels get sections: model:kernel:skip:count[:NAME=value]), PROFILE_SEC (ncu sections).
 # Logs under $OUT; the tables print to stdout.
@@ -41,6 +42,23 @@ fi
 if want q4 && [ ! -d "$Q" ]; then
   cr timeout 70 $C/tern quantize --model "$MODEL" --out "$Q" --bits 4 --group-size 64 \
     >"$OUT/quantize.log" 2>&1; echo "quantize rc=$?"
+fi
+if [ "${TRACE:-0}" = 1 ]; then
+  # the real step (CUDA graph + PDL) on a time line: dev/trace/cupti_trace.c injected
+  CUPI=$(dirname "$(find /usr/local/cuda*/ -name cupti.h 2>/dev/null | head -1)")
+  CUPL=$(dirname "$(find /usr/local/cuda*/ -name 'libcupti.so' 2>/dev/null | head -1)")
+  KREC=$(grep -ohE 'CUpti_ActivityKernel[0-9]+' $CUPI/cupti_activity.h | sort -V | tail -1)
+  gcc -O2 -shared -fPIC -I$CUPI -DKREC=$KREC dev/trace/cupti_trace.c -L$CUPL -lcupti \
+    -Wl,-rpath,$CUPL -o /tmp/libtrace.so; echo "cupti_trace ($KREC) rc=$?"
+  for run in ${TRACE_RUNS:-q4}; do # model[:NAME=value,...]
+    n=${run%%:*} ev=$(echo "${run#$n}" | sed 's/^://; s/,/ /g')
+    d=$MODEL; [ $n = q4 ] && d=$Q
+    f=/tmp/trace_$(echo "$run" | tr -c 'A-Za-z0-9_\n' _).csv
+    env $ev CUDA_INJECTION64_PATH=/tmp/libtrace.so TRACE_OUT=$f LD_LIBRARY_PATH=$C:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} \
+      timeout 200 $C/tern bench --model "$d" --device cuda --prompt-len 512 --gen 64 --reps 1 >"$OUT/trace.log" 2>&1
+    echo "trace $run rc=$? $(wc -l <$f) kernels"
+    python3 scripts/step-timeline.py $f | head -${TRACE_LINES:-40}
+  done
 fi
 [ -z "$NCU" ] && exit 0
 for n in ${PROFILE_STEP_MODELS-${PROFILE_MODELS:-q4 bf16}}; do
