@@ -1,6 +1,6 @@
 /*
  * lab_common.cuh — the helpers the standalone GEMV labs share (q6_lab.cu,
- * q7_lab.cu): a checked CUDA call, random device fills, the device copy
+ * q8_lab.cu): a checked CUDA call, random device fills, the device copy
  * rate (read + write), median CUDA-event timing of launches that cycle
  * through weight copies, and a max relative error. Kernel lab code, not
  * part of the library. Include after the library sources a lab includes.
