@@ -282,6 +282,18 @@ struct tern_backend_ops {
                                            struct tern_dtensor *proj,
                                            const struct tern_dtensor *norm_w, float eps,
                                            struct tern_dtensor *h);
+    /* optional (NULL = absent: callers issue rmsnorm(x, norm_w, eps, h),
+     * then matmul(h, w, out, 0), or matmul_glu(h, w, gate_up, out) when
+     * gate_up is non-NULL): a linear layer on the RMSNorm of its input in one
+     * op. x [T, in] (the F32 residual rows), norm_w [in], h [T, in] (act
+     * dtype) scratch the backend may write (CUDA normalises inside the
+     * 4-bit decode GEMV's prologue where it can, and leaves h alone); out
+     * [T, out] (glu: [T, ff] with gate_up [T, 2 ff] scratch). Results equal
+     * that sequence (bitwise on CPU and CUDA). */
+    enum tern_status (*norm_matmul)(struct tern_backend *be, const struct tern_dtensor *x,
+                                    const struct tern_dtensor *norm_w, float eps,
+                                    const struct tern_linear *w, struct tern_dtensor *h,
+                                    struct tern_dtensor *gate_up, struct tern_dtensor *out);
     /* out = a + b, elementwise, same shapes (out may alias a). */
     enum tern_status (*add)(struct tern_backend *be, const struct tern_dtensor *a,
                             const struct tern_dtensor *b, struct tern_dtensor *out);

@@ -490,6 +490,7 @@ static const struct tern_backend_ops cuda_ops = {
     .silu_mul = cu_silu_mul,
     .matmul_glu = tern_cuda_matmul_glu,
     .matmul_add_rmsnorm = tern_cuda_matmul_add_rmsnorm,
+    .norm_matmul = tern_cuda_norm_matmul,
     .add = cu_add,
     .argmax = cu_argmax,
     .sample = cu_sample,
@@ -542,7 +543,15 @@ enum tern_status tern_backend_cuda_create(const struct tern_backend_params *para
                           params->device_index, n);
     struct tern_cuda *c = tern_calloc(1, sizeof *c);
     if (!c) return TERN_E_NO_MEMORY;
-    c->base.ops = &cuda_ops;
+    /* norm_matmul (the RMSNorm in the 4-bit GEMV's prologue) only when
+     * TERN_CUDA_FUSE_OPS names "nmm": on the H200 it made the 8B's 4-bit
+     * decode slower (323 vs 365 tok/s: every block of a many-wave GEMV
+     * repeats the norm; docs/perf/quant.md), and without the op the forward
+     * keeps its add_rmsnorm flow. */
+    const char *fo = getenv("TERN_CUDA_FUSE_OPS");
+    c->ops = cuda_ops;
+    if (!fo || !strstr(fo, "nmm")) c->ops.norm_matmul = NULL;
+    c->base.ops = &c->ops;
     c->base.device = TERN_DEVICE_CUDA;
     c->base.act_dtype = TERN_DTYPE_BF16;
     c->base.kv_dtype = TERN_DTYPE_BF16;

@@ -66,6 +66,7 @@ struct tern_cuda_plan {
 
 struct tern_cuda {
     struct tern_backend base;
+    struct tern_backend_ops ops; /* base.ops: cuda.c's table, opt-in ops removed */
     int device;
     int n_sm;
     cudaStream_t stream;      /* every op runs here */
@@ -139,10 +140,11 @@ enum tern_status tern_cuda_kv_store(struct tern_backend *be, const struct tern_d
                                     int64_t k_col, int64_t v_col,
                                     const struct tern_batch_dev *batch, struct tern_kv_layer *kv);
 /* Whether a fused op ("qkr": qk_rope_store, "glu": matmul_glu, "arn":
- * matmul_add_rmsnorm) uses its fused kernel, for comparisons:
+ * matmul_add_rmsnorm, "nmm": norm_matmul and the add-only matmul_add_rmsnorm
+ * epilogue) uses its fused kernel, for comparisons:
  * TERN_CUDA_FUSE_OPS unset = all, "0" = none (the ops issue the unfused
- * sequence), else only those it names. (The dense GEMV's "arn" epilogue
- * is off unless named: cuda_matmul.c.) */
+ * sequence), else only those it names. ("arn" with a norm and "nmm" are
+ * off unless named: cuda_matmul.c, cuda.c.) */
 static inline bool tern_cuda_fuse_ops(const char *which)
 {
     const char *e = getenv("TERN_CUDA_FUSE_OPS");
@@ -158,6 +160,10 @@ enum tern_status tern_cuda_qk_rope_store(struct tern_backend *be, struct tern_dt
 enum tern_status tern_cuda_matmul_glu(struct tern_backend *be, const struct tern_dtensor *x,
                                       const struct tern_linear *w, struct tern_dtensor *gate_up,
                                       struct tern_dtensor *act);
+enum tern_status tern_cuda_norm_matmul(struct tern_backend *be, const struct tern_dtensor *x,
+                                       const struct tern_dtensor *norm_w, float eps,
+                                       const struct tern_linear *w, struct tern_dtensor *h,
+                                       struct tern_dtensor *gate_up, struct tern_dtensor *out);
 enum tern_status tern_cuda_matmul_add_rmsnorm(struct tern_backend *be,
                                               const struct tern_dtensor *x,
                                               const struct tern_linear *w,

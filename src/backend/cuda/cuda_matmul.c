@@ -320,8 +320,11 @@ enum tern_status tern_cuda_matmul_glu(struct tern_backend *be, const struct tern
 
 /* Whether matmul_add_rmsnorm takes the GEMV epilogue (tk_epi): default
  * mode, BF16 x, an F32 residual, BF16 proj and h, all whole contiguous
- * [T, out] rows (the weight's own kernel decides the rest); and only when
- * TERN_CUDA_FUSE_OPS names "arn": off by default, because on the H200 the
+ * [T, out] rows (the weight's own kernel decides the rest). The add alone
+ * (norm_w NULL: the forward's producer GEMVs when the consumer normalises,
+ * norm_matmul) when TERN_CUDA_FUSE_OPS names "nmm" (as norm_matmul itself:
+ * cuda.c); with the norm only
+ * when TERN_CUDA_FUSE_OPS names "arn": off by default, because on the H200 the
  * last block's norm added ~7.5 us to each 8B o/down GEMV, more than the
  * add_rmsnorm it replaces costs under graphs + PDL (219.9 vs 242.5 tok/s at
  * batch 1, 651 vs 737 tok/s at 4 concurrent; docs/perf/cuda-model.md run 14). */
@@ -339,7 +342,8 @@ static bool arn_operands_ok(struct tern_backend *be, const struct tern_dtensor *
                              (norm_w->dtype == TERN_DTYPE_F32 || norm_w->dtype == TERN_DTYPE_F16 ||
                               norm_w->dtype == TERN_DTYPE_BF16)));
     const char *on = getenv("TERN_CUDA_FUSE_OPS");
-    return on && strstr(on, "arn") && !be->deterministic && rows &&
+    bool want = on && strstr(on, norm_w ? "arn" : "nmm");
+    return want && !be->deterministic && rows &&
            res->dtype == TERN_DTYPE_F32 && proj->dtype == TERN_DTYPE_BF16 &&
            x->dtype == TERN_DTYPE_BF16;
 }
@@ -409,4 +413,37 @@ enum tern_status tern_cuda_lt_bf16(struct tern_cuda *c, const void *x, int64_t x
         if (e != cudaSuccess) return tern_cuda_fail("tk_bias_add", (int)e, __FILE__, __LINE__);
     }
     return TERN_OK;
+}
+
+/* The norm in the 4-bit tensor-core GEMV's prologue where it applies
+ * (default mode, F32 x rows, whole contiguous rows; the op exists only when
+ * TERN_CUDA_FUSE_OPS names "nmm": cuda.c), else rmsnorm into h, then
+ * matmul / matmul_glu: the
+ * same bits either way (cuda_quant.c), so the choice, which depends on T,
+ * does not make a row depend on the batch. */
+enum tern_status tern_cuda_norm_matmul(struct tern_backend *be, const struct tern_dtensor *x,
+                                       const struct tern_dtensor *norm_w, float eps,
+                                       const struct tern_linear *w, struct tern_dtensor *h,
+                                       struct tern_dtensor *gate_up, struct tern_dtensor *out)
+{
+    struct tern_cuda *c = tern_cuda_of(be);
+    bool glu = gate_up != NULL;
+    int64_t T = x->shape[0], in = w->in_features, n_out = glu ? w->out_features / 2 : w->out_features;
+    bool ok = w->bits && !be->deterministic && T > 0 &&
+              x->dtype == TERN_DTYPE_F32 && (int64_t)tern_dtensor_numel(x) == T * in &&
+              (int64_t)tern_dtensor_numel(norm_w) == in &&
+              (norm_w->dtype == TERN_DTYPE_F32 || norm_w->dtype == TERN_DTYPE_F16 ||
+               norm_w->dtype == TERN_DTYPE_BF16) &&
+              h->dtype == TERN_DTYPE_BF16 && (int64_t)tern_dtensor_numel(h) == T * in &&
+              (int64_t)tern_dtensor_numel(out) == T * n_out &&
+              (glu ? out->dtype == TERN_DTYPE_BF16 : out->dtype == TERN_DTYPE_BF16 || out->dtype == TERN_DTYPE_F32);
+    if (ok) {
+        bool done = false;
+        TERN_TRY(tern_cuda_norm_matmul_quant(c, x, norm_w, eps, w, h, glu, tern_cuda_ptr(out),
+                                             (int)out->dtype, n_out, &done));
+        if (done) return TERN_OK;
+    }
+    TERN_TRY(be->ops->rmsnorm(be, x, norm_w, eps, h));
+    if (glu) return be->ops->matmul_glu(be, h, w, gate_up, out);
+    return be->ops->matmul(be, h, w, out, 0);
 }

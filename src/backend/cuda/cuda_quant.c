@@ -25,7 +25,10 @@
  * asked for. matmul_glu of a weight that takes v3 or v6 runs that kernel's
  * GLU variant (silu_mul in the epilogue, bitwise the unfused ops), and
  * matmul_add_rmsnorm of one that takes v3 its tk_epi variant (residual add
- * and the last block's RMSNorm in the epilogue, bitwise the unfused ops).
+ * and the last block's RMSNorm in the epilogue, bitwise the unfused ops);
+ * norm_matmul of one that takes v3 at T <= TK_NP_MAX_T its NP variant (the
+ * RMSNorm of the F32 input rows in every block's prologue, bitwise rmsnorm
+ * then matmul / matmul_glu).
  * Depends on cuda_internal.h, cuda_quant.h.
  */
 #include "backend/cuda/cuda_quant.h"
@@ -182,6 +185,30 @@ enum tern_status tern_cuda_matmul_epi_quant(struct tern_cuda *c, const struct te
     cudaError_t err = tk_qgemv_mma_epi(c->stream, &m, xp, in, bias, bias ? (int)w->bias.dtype : 0,
                                        e, T, in, out);
     if (err != cudaSuccess) return tern_cuda_fail("tk_qgemv_mma_epi", (int)err, __FILE__, __LINE__);
+    *done = true;
+    return TERN_OK;
+}
+
+enum tern_status tern_cuda_norm_matmul_quant(struct tern_cuda *c, const struct tern_dtensor *x,
+                                             const struct tern_dtensor *norm_w, float eps,
+                                             const struct tern_linear *w,
+                                             const struct tern_dtensor *h, bool glu, void *y,
+                                             int ydt, int64_t y_stride, bool *done)
+{
+    *done = false;
+    TERN_TRY(check_quant(w, "norm_matmul"));
+    int64_t T = x->shape[0], in = w->in_features, out = w->out_features;
+    struct tk_qmat m = qmat_of(w);
+    /* where the unfused path (matmul on the BF16 h) would take v3: the same
+     * kernel then reads the same x, so the result is the same bits */
+    if (!tk_qgemv_mma_np_ok(&m, T, in) || quant_pick(c, h, &m, in, out) != 3 || (glu && out % 2))
+        return TERN_OK;
+    struct tk_np np = {.res = tern_cuda_ptr(x), .res_stride = in, .norm_w = tern_cuda_ptr(norm_w),
+                       .wdt = (int)norm_w->dtype, .eps = eps};
+    const void *bias = w->bias.buf ? tern_cuda_ptr(&w->bias) : NULL;
+    cudaError_t e = tk_qgemv_mma_np(c->stream, &m, &np, bias, bias ? (int)w->bias.dtype : 0, y, ydt,
+                                    y_stride, T, in, glu ? out / 2 : out, glu);
+    if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv_mma_np", (int)e, __FILE__, __LINE__);
     *done = true;
     return TERN_OK;
 }

@@ -80,6 +80,27 @@ cudaError_t tk_qgemv_mma_glu(cudaStream_t st, const struct tk_qmat *m, const voi
 cudaError_t tk_qgemv_mma_epi(cudaStream_t st, const struct tk_qmat *m, const void *x,
                              int64_t x_stride, const void *bias, int bdt, const struct tk_epi *e,
                              int64_t n_tok, int64_t in, int64_t out);
+/* The RMSNorm prologue of the 4-bit tensor-core GEMV (backend.h's
+ * norm_matmul): every block computes x[t, :] = bf16(rmsnorm(res[t, :]) *
+ * norm_w) into shared memory (tk_rmsnorm's block kernel: the same sums in
+ * the same order, so bitwise tk_rmsnorm of res into a BF16 x) and runs the
+ * GEMV on it; the x never goes to memory and the norm kernel is gone. */
+struct tk_np {
+    const float *res; /* [n_tok, res_stride] F32, the row length is the GEMV's in */
+    int64_t res_stride;
+    const void *norm_w; /* [in] of dtype wdt */
+    int wdt;
+    float eps;
+};
+#define TK_NP_MAX_T 2 /* tokens (shared memory: in + 8 BF16 each beside the ring) */
+/* Whether tk_qgemv_mma_np takes this launch: 4 bits, n_tok <= TK_NP_MAX_T,
+ * 512 < in <= 8192, in % 256 == 0. */
+int tk_qgemv_mma_np_ok(const struct tk_qmat *m, int64_t n_tok, int64_t in);
+/* tk_qgemv_mma (glu = 0; y [n_tok, out] of ydt) or tk_qgemv_mma_glu (glu =
+ * 1: out = ff, y the BF16 act) on x = the norm of np->res rows. */
+cudaError_t tk_qgemv_mma_np(cudaStream_t st, const struct tk_qmat *m, const struct tk_np *np,
+                            const void *bias, int bdt, void *y, int ydt, int64_t y_stride,
+                            int64_t n_tok, int64_t in, int64_t out, int glu);
 /* 4-bit GEMV v6 (cuda_quant_v6.cu): tensor cores with (token, group)
  * columns, built for one token; bits 4, BF16 or F16 scales, group 32/64/128,
  * BF16 x, in % 128 == 0, in / group <= 1024, 16-byte aligned x and q, 4-byte
@@ -138,6 +159,15 @@ enum tern_status tern_cuda_matmul_glu_quant(struct tern_cuda *c, const struct te
 enum tern_status tern_cuda_matmul_epi_quant(struct tern_cuda *c, const struct tern_dtensor *x,
                                             const struct tern_linear *w, const struct tk_epi *e,
                                             bool *done);
+/* norm_matmul for a quantized w where matmul on a BF16 h [T, in] would take
+ * v3 and tk_qgemv_mma_np applies (x: F32 [T, in] rows; glu: w is a gate_up
+ * [2 ff, in] and y the BF16 act [T, ff]): *done tells whether it ran; if
+ * not, the caller runs rmsnorm into h, then matmul / matmul_glu. */
+enum tern_status tern_cuda_norm_matmul_quant(struct tern_cuda *c, const struct tern_dtensor *x,
+                                             const struct tern_dtensor *norm_w, float eps,
+                                             const struct tern_linear *w,
+                                             const struct tern_dtensor *h, bool glu, void *y,
+                                             int ydt, int64_t y_stride, bool *done);
 /* get_rows on a quantized table: rows gathered and dequantized. */
 enum tern_status tern_cuda_get_rows_quant(struct tern_backend *be, const struct tern_linear *table,
                                           const struct tern_dtensor *idx,

@@ -143,18 +143,19 @@ static __device__ __forceinline__ void stage_issue(unsigned char *slot, const ui
     cp_async<C::SB>(slot + 16 * C::RS + lane * C::SB, sb_row + step * C::SG);
 }
 
-/* B registers of word j of this lane's piece: 4 bf16x2 (slot pairs 0..3). */
-template <int BITS>
+/* B registers of word j of this lane's piece: 4 bf16x2 (slot pairs 0..3).
+ * SH: x is the norm prologue's copy in shared memory. */
+template <int BITS, bool SH>
 static __device__ __forceinline__ void bregs(const bf16 *xp, bool has_x, uint32_t *b)
 {
     if (BITS == 4) {
-        uint4 u = has_x ? __ldg((const uint4 *)xp) : make_uint4(0, 0, 0, 0);
+        uint4 u = !has_x ? make_uint4(0, 0, 0, 0) : SH ? *(const uint4 *)xp : __ldg((const uint4 *)xp);
         b[0] = __byte_perm(u.x, u.z, 0x5410); /* (x0, x4) */
         b[1] = __byte_perm(u.x, u.z, 0x7632); /* (x1, x5) */
         b[2] = __byte_perm(u.y, u.w, 0x5410); /* (x2, x6) */
         b[3] = __byte_perm(u.y, u.w, 0x7632); /* (x3, x7) */
     } else {
-        uint2 u = has_x ? __ldg((const uint2 *)xp) : make_uint2(0, 0);
+        uint2 u = !has_x ? make_uint2(0, 0) : SH ? *(const uint2 *)xp : __ldg((const uint2 *)xp);
         b[0] = __byte_perm(u.x, u.y, 0x5410); /* (x0, x2): low nibbles of v0, v2 */
         b[1] = times16(b[0]);                 /* high nibbles */
         b[2] = __byte_perm(u.x, u.y, 0x7632); /* (x1, x3) */
@@ -162,7 +163,7 @@ static __device__ __forceinline__ void bregs(const bf16 *xp, bool has_x, uint32_
     }
 }
 
-template <int BITS, int GROUP, int SDT>
+template <int BITS, int GROUP, int SDT, bool SH>
 static __device__ __forceinline__ void stage_compute(const unsigned char *slot, const bf16 *xl,
                                                      bool has_x, int step, int g, int t,
                                                      float *acc)
@@ -187,7 +188,7 @@ static __device__ __forceinline__ void stage_compute(const unsigned char *slot, 
 #pragma unroll
         for (int j = 0; j < C::PW; j++) {
             uint32_t b[4];
-            bregs<BITS>(xp + j * XW, has_x, b);
+            bregs<BITS, SH>(xp + j * XW, has_x, b);
 #pragma unroll
             for (int m = 0; m < 2; m++) {
                 tk_mma_bf16(cg, tk_q4_pair(wa[j], 2 * m), tk_q4_pair(wb[j], 2 * m),
@@ -207,6 +208,31 @@ static __device__ __forceinline__ void stage_compute(const unsigned char *slot, 
     }
 }
 
+/* NP: x[t, :] = bf16(rmsnorm(res[t, :]) * norm_w) for the launch's tokens
+ * into shared memory (row stride xhs), as k_rmsnorm_block (cuda_ops.cu)
+ * computes it with its 256 threads: thread v sums i = v, v + 256, ... with
+ * fma, tk_block_sum, rsqrtf(ss / dim + eps), a * inv * w rounded to BF16. */
+static __device__ __forceinline__ void qm_norm_prologue(const tk_np &np, int n_tok, int dim,
+                                                        bf16 *xh, int xhs)
+{
+    __shared__ float nred[32];
+    for (int tok = 0; tok < n_tok; tok++) {
+        const float *r = np.res + tok * np.res_stride;
+        float ss = 0.0f;
+#pragma unroll 8
+        for (int i = threadIdx.x; i < dim; i += QM_WARPS * 32) {
+            float v = r[i];
+            ss = __fmaf_rn(v, v, ss);
+        }
+        ss = tk_block_sum(ss, nred);
+        float inv = rsqrtf(ss / (float)dim + np.eps);
+#pragma unroll 8
+        for (int i = threadIdx.x; i < dim; i += QM_WARPS * 32)
+            xh[tok * xhs + i] = __float2bfloat16(r[i] * inv * tk_ld(np.norm_w, np.wdt, i));
+    }
+    __syncthreads();
+}
+
 /* Block: QM_WARPS warps = QM_WARPS / wsplit tiles of 16 rows, wsplit warps
  * (consecutive) per tile, warp ks of a tile taking steps ks, ks + wsplit, ...
  * Each warp streams its steps through its own ring of NST shared-memory
@@ -216,12 +242,12 @@ static __device__ __forceinline__ void stage_compute(const unsigned char *slot, 
  * i0 + g and writes silu(gate) * up (BF16) rounded as tk_silu_mul would
  * from a BF16 gate_up: bitwise the plain kernel then silu_mul (each row's
  * sums do not depend on its place in the tile). */
-template <int BITS, int GROUP, int SDT, bool GLU, bool EPI>
+template <int BITS, int GROUP, int SDT, bool GLU, bool EPI, bool NP>
 static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
     k_qgemv_mma(const bf16 *__restrict__ x, int xs, int n_tok, const uint32_t *__restrict__ q,
                 const uint16_t *__restrict__ sc, const uint16_t *__restrict__ bi,
                 const void *bias, int bdt, void *y, int ydt, int64_t ys, int in, int out,
-                int wsplit, tk_epi epi)
+                int wsplit, tk_epi epi, tk_np np)
 {
     typedef qm_cfg<BITS, GROUP> C;
     extern __shared__ __align__(16) unsigned char qm_ring[];
@@ -246,7 +272,10 @@ static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
     int srow = trow(lane & 15);
     const uint16_t *sb_row = (lane < 16 ? sc : bi) + (size_t)srow * groups_row;
     bool has_x = g < n_tok;
-    const bf16 *xl = x + (size_t)(has_x ? g : 0) * xs + t * (GROUP / 4);
+    /* NP: x is the prologue's normalised copy after the rings */
+    bf16 *xh = (bf16 *)(qm_ring + QM_WARPS * C::NST * C::STAGE);
+    const bf16 *xl = NP ? xh + (has_x ? g : 0) * (in + 8) + t * (GROUP / 4)
+                        : x + (size_t)(has_x ? g : 0) * xs + t * (GROUP / 4);
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     int n_mine = live && ks < n_steps ? (n_steps - 1 - ks) / wsplit + 1 : 0;
     unsigned char *ring = qm_ring + warp * (C::NST * C::STAGE);
@@ -255,8 +284,9 @@ static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
         if (i < n_mine) stage_issue<BITS, GROUP>(ring + i * C::STAGE, q, qoff, sb_row, lane, ks + i * wsplit);
         cp_commit();
     }
-    tk_pdl_wait(); /* x (and the residual of EPI) come from earlier kernels */
+    tk_pdl_wait(); /* x (and the residual of EPI / NP) come from earlier kernels */
     tk_pdl_launch();
+    if (NP) qm_norm_prologue(np, n_tok, in, xh, in + 8);
     int slot_c = 0, slot_i = C::NST - 1;
     for (int n = 0; n < n_mine; n++) {
         if (n + C::NST - 1 < n_mine)
@@ -265,8 +295,8 @@ static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
         cp_commit();
         cp_wait<C::NST - 1>();
         __syncwarp();
-        stage_compute<BITS, GROUP, SDT>(ring + slot_c * C::STAGE, xl, has_x, ks + n * wsplit, g, t,
-                                        acc);
+        stage_compute<BITS, GROUP, SDT, NP>(ring + slot_c * C::STAGE, xl, has_x, ks + n * wsplit, g,
+                                            t, acc);
         __syncwarp(); /* the slot is refilled next iteration */
         slot_c = slot_c + 1 == C::NST ? 0 : slot_c + 1;
         slot_i = slot_i + 1 == C::NST ? 0 : slot_i + 1;
@@ -334,37 +364,44 @@ extern "C" int tk_qgemv_mma_ok(const struct tk_qmat *m, const void *x, int xdt, 
 
 typedef cudaError_t (*qm_fn)(cudaStream_t, const struct tk_qmat *, const void *, int, int,
                              const void *, int, void *, int, int64_t, int, int, int,
-                             const struct tk_epi *);
+                             const struct tk_epi *, const struct tk_np *);
+
+/* Shared memory the NP variant adds for n_tok tokens of in values. */
+static int qm_np_bytes(int n_tok, int in) { return n_tok * (in + 8) * 2; }
 
 /* out: rows (GLU: ff, the kernel covering 2 ff rows in 16-row tiles). */
-template <int BITS, int GROUP, int SDT, bool GLU, bool EPI>
+template <int BITS, int GROUP, int SDT, bool GLU, bool EPI, bool NP>
 static cudaError_t qm_launch(cudaStream_t st, const struct tk_qmat *m, const void *x, int xs,
                              int n_tok, const void *bias, int bdt, void *y, int ydt, int64_t ys,
-                             int in, int out, int wsplit, const struct tk_epi *epi)
+                             int in, int out, int wsplit, const struct tk_epi *epi,
+                             const struct tk_np *np)
 {
     typedef qm_cfg<BITS, GROUP> C;
-    int smem = QM_WARPS * C::NST * C::STAGE, dev = 0;
+    int ring = QM_WARPS * C::NST * C::STAGE, dev = 0;
+    int smem = ring + (NP ? qm_np_bytes(n_tok, in) : 0);
     /* Above 48 KB of shared memory, once per device (racing threads set the
      * same value; not a stream operation, so legal while capturing a graph). */
     static unsigned attr_set;
     if (cudaGetDevice(&dev) == cudaSuccess && dev < 32 && !((attr_set >> dev) & 1u)) {
-        cudaFuncSetAttribute(k_qgemv_mma<BITS, GROUP, SDT, GLU, EPI>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        cudaFuncSetAttribute(k_qgemv_mma<BITS, GROUP, SDT, GLU, EPI, NP>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             ring + (NP ? qm_np_bytes(TK_NP_MAX_T, 8192) : 0));
         attr_set |= 1u << dev;
     }
     unsigned blocks = (unsigned)tk_cdiv(tk_cdiv(GLU ? 2 * (int64_t)out : out, 16), QM_WARPS / wsplit);
     struct tk_epi none = {};
-    return tk_launch(k_qgemv_mma<BITS, GROUP, SDT, GLU, EPI>, dim3(blocks), dim3(QM_WARPS * 32),
+    struct tk_np no_np = {};
+    return tk_launch(k_qgemv_mma<BITS, GROUP, SDT, GLU, EPI, NP>, dim3(blocks), dim3(QM_WARPS * 32),
                      (size_t)smem, st, (const bf16 *)x, xs, n_tok, (const uint32_t *)m->q,
                      (const uint16_t *)m->scales, (const uint16_t *)m->biases, bias, bdt, y, ydt,
-                     ys, in, out, wsplit, EPI ? *epi : none);
+                     ys, in, out, wsplit, EPI ? *epi : none, NP ? *np : no_np);
 }
 
-#define QM_ROW(B, L, E)                                                                            \
-    {qm_launch<B, 32, TK_BF16, L, E>, qm_launch<B, 64, TK_BF16, L, E>,                            \
-     qm_launch<B, 128, TK_BF16, L, E>},                                                           \
-        {qm_launch<B, 32, TK_F16, L, E>, qm_launch<B, 64, TK_F16, L, E>,                          \
-         qm_launch<B, 128, TK_F16, L, E>}
+#define QM_ROW(B, L, E, N)                                                                         \
+    {qm_launch<B, 32, TK_BF16, L, E, N>, qm_launch<B, 64, TK_BF16, L, E, N>,                      \
+     qm_launch<B, 128, TK_BF16, L, E, N>},                                                        \
+        {qm_launch<B, 32, TK_F16, L, E, N>, qm_launch<B, 64, TK_F16, L, E, N>,                    \
+         qm_launch<B, 128, TK_F16, L, E, N>}
 
 extern "C" cudaError_t tk_qgemv_mma(cudaStream_t st, const struct tk_qmat *m, const void *x,
                                     int64_t x_stride, const void *bias, int bdt, void *y, int ydt,
@@ -381,7 +418,7 @@ static cudaError_t qm_passes(const qm_fn (&table)[2][2][3], cudaStream_t st,
                              const struct tk_qmat *m, const void *x, int64_t x_stride,
                              const void *bias, int bdt, void *y, int ydt, int64_t y_stride,
                              int64_t n_tok, int64_t in, int64_t out, int wsplit,
-                             const struct tk_epi *epi)
+                             const struct tk_epi *epi, const struct tk_np *np)
 {
     if (n_tok <= 0 || out <= 0) return cudaSuccess;
     if (!(wsplit == 1 || wsplit == 2 || wsplit == 4 || wsplit == 8)) return cudaErrorInvalidValue;
@@ -390,6 +427,11 @@ static cudaError_t qm_passes(const qm_fn (&table)[2][2][3], cudaStream_t st,
     for (int64_t t0 = 0; t0 < n_tok; t0 += 8) {
         int nt = (int)(n_tok - t0 < 8 ? n_tok - t0 : 8);
         struct tk_epi e = {};
+        struct tk_np p = {};
+        if (np) {
+            p = *np;
+            p.res += t0 * p.res_stride;
+        }
         if (epi) {
             e = *epi;
             e.res += t0 * e.res_stride;
@@ -397,7 +439,7 @@ static cudaError_t qm_passes(const qm_fn (&table)[2][2][3], cudaStream_t st,
         }
         cudaError_t err = f(st, m, (const bf16 *)x + t0 * x_stride, (int)x_stride, nt, bias, bdt,
                             y ? (char *)y + (size_t)(t0 * y_stride) * ysz : NULL, ydt, y_stride,
-                            (int)in, (int)out, wsplit, epi ? &e : NULL);
+                            (int)in, (int)out, wsplit, epi ? &e : NULL, np ? &p : NULL);
         if (err != cudaSuccess) return err;
     }
     return cudaSuccess;
@@ -408,19 +450,19 @@ extern "C" cudaError_t tk_qgemv_mma_split_as(cudaStream_t st, const struct tk_qm
                                              int bdt, void *y, int ydt, int64_t y_stride,
                                              int64_t n_tok, int64_t in, int64_t out, int wsplit)
 {
-    static const qm_fn table[2][2][3] = {{QM_ROW(4, false, false)}, {QM_ROW(8, false, false)}};
+    static const qm_fn table[2][2][3] = {{QM_ROW(4, false, false, false)}, {QM_ROW(8, false, false, false)}};
     return qm_passes(table, st, m, x, x_stride, bias, bdt, y, ydt, y_stride, n_tok, in, out,
-                     wsplit, NULL);
+                     wsplit, NULL, NULL);
 }
 
 extern "C" cudaError_t tk_qgemv_mma_glu(cudaStream_t st, const struct tk_qmat *m, const void *x,
                                         int64_t x_stride, const void *bias, int bdt, void *act,
                                         int64_t act_stride, int64_t n_tok, int64_t in, int64_t ff)
 {
-    static const qm_fn table[2][2][3] = {{QM_ROW(4, true, false)}, {QM_ROW(8, true, false)}};
+    static const qm_fn table[2][2][3] = {{QM_ROW(4, true, false, false)}, {QM_ROW(8, true, false, false)}};
     /* the plain kernel's split for the [2 ff, in] weight: same windows per warp */
     return qm_passes(table, st, m, x, x_stride, bias, bdt, act, TK_BF16, act_stride, n_tok, in,
-                     ff, tk_qgemv_mma_split(m->bits, m->group, in, 2 * ff), NULL);
+                     ff, tk_qgemv_mma_split(m->bits, m->group, in, 2 * ff), NULL, NULL);
 }
 
 extern "C" cudaError_t tk_qgemv_mma_epi(cudaStream_t st, const struct tk_qmat *m, const void *x,
@@ -428,8 +470,30 @@ extern "C" cudaError_t tk_qgemv_mma_epi(cudaStream_t st, const struct tk_qmat *m
                                         const struct tk_epi *e, int64_t n_tok, int64_t in,
                                         int64_t out)
 {
-    static const qm_fn table[2][2][3] = {{QM_ROW(4, false, true)}, {QM_ROW(8, false, true)}};
+    static const qm_fn table[2][2][3] = {{QM_ROW(4, false, true, false)}, {QM_ROW(8, false, true, false)}};
     if (e->dim != out) return cudaErrorInvalidValue;
     return qm_passes(table, st, m, x, x_stride, bias, bdt, NULL, TK_BF16, 0, n_tok, in, out,
-                     tk_qgemv_mma_split(m->bits, m->group, in, out), e);
+                     tk_qgemv_mma_split(m->bits, m->group, in, out), e, NULL);
+}
+
+extern "C" int tk_qgemv_mma_np_ok(const struct tk_qmat *m, int64_t n_tok, int64_t in)
+{
+    return m->bits == 4 && n_tok >= 1 && n_tok <= TK_NP_MAX_T && in > 512 && in <= 8192 &&
+           in % 256 == 0;
+}
+
+extern "C" cudaError_t tk_qgemv_mma_np(cudaStream_t st, const struct tk_qmat *m,
+                                       const struct tk_np *np, const void *bias, int bdt, void *y,
+                                       int ydt, int64_t y_stride, int64_t n_tok, int64_t in,
+                                       int64_t out, int glu)
+{
+    /* 4 bits only: the 8-bit half of each table repeats the 4-bit kernels
+     * and is never selected (tk_qgemv_mma_np_ok) */
+    static const qm_fn plain[2][2][3] = {{QM_ROW(4, false, false, true)},
+                                         {QM_ROW(4, false, false, true)}};
+    static const qm_fn gl[2][2][3] = {{QM_ROW(4, true, false, true)}, {QM_ROW(4, true, false, true)}};
+    if (!tk_qgemv_mma_np_ok(m, n_tok, in)) return cudaErrorInvalidValue;
+    int64_t rows = glu ? 2 * out : out;
+    return qm_passes(glu ? gl : plain, st, m, NULL, in, bias, bdt, y, glu ? TK_BF16 : ydt, y_stride,
+                     n_tok, in, out, tk_qgemv_mma_split(m->bits, m->group, in, rows), NULL, np);
 }
