@@ -299,6 +299,29 @@ static __device__ __forceinline__ void q8_wait(uint32_t bar, uint32_t parity)
     } while (!ok);
 }
 
+/* Chunk c of a warp's n_mine records (C per chunk) into ring stage st. */
+template <int C>
+static __device__ __forceinline__ void q9_chunk(uint32_t ring0, uint32_t bar0, int st,
+                                                const uint4 *rp, int c, int n_mine)
+{
+    q8_bulk(ring0 + st * C * REC * 16, rp + (size_t)c * C * REC,
+            (uint32_t)min(C, n_mine - c * C) * REC * 16, bar0 + 8 * st);
+}
+
+/* Lane 0 sets up the warp's S mbarriers and puts its first S chunks in flight. */
+template <int S, int C>
+static __device__ __forceinline__ void q9_ring_start(int lane, uint32_t bar0, uint32_t ring0,
+                                                     const uint4 *rp, int n_mine, int n_chunks)
+{
+    if (lane == 0) {
+#pragma unroll
+        for (int i = 0; i < S; i++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0 + 8 * i));
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int c = 0; c < S && c < n_chunks; c++) q9_chunk<C>(ring0, bar0, c, rp, c, n_mine);
+    }
+    __syncwarp();
+}
+
 template <int S, int C, int W, bool HI>
 static __global__ void __launch_bounds__(Q8_WARPS * 32)
     k_q9(const uint4 *__restrict__ rec, const bf16 *__restrict__ x, int xs, int n_tok, float *y,
@@ -315,15 +338,7 @@ static __global__ void __launch_bounds__(Q8_WARPS * 32)
     const uint4 *rp = rec + ((size_t)tile * nG + g0) * REC;
     uint4 *ring = q9_ring + (size_t)warp * S * C * REC;
     uint32_t bar0 = q8_smem(&bars[warp][0]), ring0 = q8_smem(ring);
-    if (lane == 0) {
-#pragma unroll
-        for (int i = 0; i < S; i++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0 + 8 * i));
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        for (int c = 0; c < S && c < n_chunks; c++)
-            q8_bulk(ring0 + c * C * REC * 16, rp + (size_t)c * C * REC,
-                    (uint32_t)min(C, n_mine - c * C) * REC * 16, bar0 + 8 * c);
-    }
-    __syncwarp();
+    q9_ring_start<S, C>(lane, bar0, ring0, rp, n_mine, n_chunks);
     const uint4 *xp = (const uint4 *)(x + (size_t)min(g, n_tok - 1) * xs + 64 * g0 + 16 * t);
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     uint4 xa = make_uint4(0, 0, 0, 0), xb = xa;
@@ -343,9 +358,7 @@ static __global__ void __launch_bounds__(Q8_WARPS * 32)
             q8_group<HI>(w, a, b, s, kc, acc);
         }
         __syncwarp();
-        if (lane == 0 && c + S < n_chunks)
-            q8_bulk(ring0 + st * C * REC * 16, rp + (size_t)(c + S) * C * REC,
-                    (uint32_t)min(C, n_mine - (c + S) * C) * REC * 16, bar0 + 8 * st);
+        if (lane == 0 && c + S < n_chunks) q9_chunk<C>(ring0, bar0, st, rp, c + S, n_mine);
     }
     q8_finish<W>(acc, red, warp, lane, ks, live, tile, y, ys, out, n_tok);
 }
@@ -410,15 +423,7 @@ static __global__ void __launch_bounds__(Q8_WARPS * 32)
     const uint4 *rp = rec + (size_t)r0 * REC;
     uint4 *ring = q9_ring + (size_t)warp * S * C * REC;
     uint32_t bar0 = q8_smem(&bars[warp][0]), ring0 = q8_smem(ring);
-    if (lane == 0) {
-#pragma unroll
-        for (int i = 0; i < S; i++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0 + 8 * i));
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        for (int c = 0; c < S && c < n_chunks; c++)
-            q8_bulk(ring0 + c * C * REC * 16, rp + (size_t)c * C * REC,
-                    (uint32_t)min(C, n_mine - c * C) * REC * 16, bar0 + 8 * c);
-    }
-    __syncwarp();
+    q9_ring_start<S, C>(lane, bar0, ring0, rp, n_mine, n_chunks);
     int tile = (int)(r0 / nG), G = (int)(r0 % nG);
     const bf16 *xrow = x + (size_t)min(g, n_tok - 1) * xs + 16 * t;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -446,9 +451,7 @@ static __global__ void __launch_bounds__(Q8_WARPS * 32)
             G = Gn;
         }
         __syncwarp();
-        if (lane == 0 && c + S < n_chunks)
-            q8_bulk(ring0 + st * C * REC * 16, rp + (size_t)(c + S) * C * REC,
-                    (uint32_t)min(C, n_mine - (c + S) * C) * REC * 16, bar0 + 8 * st);
+        if (lane == 0 && c + S < n_chunks) q9_chunk<C>(ring0, bar0, st, rp, c + S, n_mine);
     }
 }
 
