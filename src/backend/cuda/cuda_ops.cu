@@ -2,14 +2,16 @@
  * cuda_ops.cu — the row and elementwise kernels: embedding gather, RMSNorm
  * (plain, fused residual add, per head), rotary embedding, KV store, SiLU
  * gate, add, argmax, bias add, and the fused attention prologue (q/k head
- * norm + rope + KV store). Every kernel is launched with tk_launch (PDL: it
- * waits for the previous kernel before touching anything). Kernels that
- * touch activations are templated on the activation type (float or bf16)
- * and accumulate in float; every
- * reduction has a fixed order, independent of the number of rows, so these
- * ops are batch-invariant. Depends on cuda_common.cuh.
+ * norm + rope + KV store; its per-head arithmetic is cuda_rope.cuh's, which
+ * the decode attention shares). Every kernel is launched with tk_launch
+ * (PDL: it waits for the previous kernel before touching anything). Kernels
+ * that touch activations are templated on the activation type (float or
+ * bf16) and accumulate in float; every reduction has a fixed order,
+ * independent of the number of rows, so these ops are batch-invariant.
+ * Depends on cuda_common.cuh, cuda_rope.cuh.
  */
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_rope.cuh"
 
 #include <cooperative_groups.h>
 
@@ -272,22 +274,16 @@ extern "C" cudaError_t tk_add_rmsnorm(cudaStream_t st, void *res, int rdt, const
 
 /* ------------------------------------------------------------ rope */
 
-/* A rope pair (x1, x2) rotated by angle p * inv_freq: (x1 c - x2 s,
- * x2 c + x1 s), c and s times mscale, each rounded to T (returned as
- * floats). The rope kernel and qk_rope_store both use it; the fma / mul are
- * spelled out because with plain expressions the compiler contracted them
- * differently in the two kernels (one last-bit difference on the H200). */
+/* A rope pair (x1, x2) rotated by angle p * inv_freq, each rounded to T
+ * (cuda_rope.cuh: the rope kernel, qk_rope_store and the decode attention
+ * that folds the prologue in share this arithmetic). */
 template <typename T>
 static __device__ __forceinline__ void rope_rot(float &x1, float &x2, float p, float inv_freq,
                                                 float mscale)
 {
-    float s, c;
-    sincosf(p * inv_freq, &s, &c);
-    c *= mscale;
-    s *= mscale;
-    float y1 = __fmaf_rn(x1, c, -__fmul_rn(x2, s)), y2 = __fmaf_rn(x2, c, __fmul_rn(x1, s));
-    x1 = tk_f(tk_from<T>(y1));
-    x2 = tk_f(tk_from<T>(y2));
+    float c, s;
+    tk_rope_cs(p, inv_freq, mscale, c, s);
+    tk_rope_pair<T>(x1, x2, c, s);
 }
 
 /* One thread per (token, head, pair). */
@@ -419,14 +415,8 @@ static __global__ void __launch_bounds__(QRS_WARPS * 32)
     for (int i = lane; i < hd; i += 32) x[i] = tk_f(hp[i]);
     if (q_norm) {
         const void *w = j < n_heads ? q_norm : k_norm;
-        float ss = 0.0f;
-        for (int i = lane; i < hd; i += 32) {
-            float v = x[i];
-            ss += v * v;
-        }
-        ss = tk_warp_sum(ss);
-        float inv = rsqrtf(ss / (float)hd + eps);
-        for (int i = lane; i < hd; i += 32) x[i] = tk_f(tk_from<T>(x[i] * inv * tk_ld(w, wdt, i)));
+        float inv = tk_head_inv_rms(x, hd, eps, lane);
+        for (int i = lane; i < hd; i += 32) x[i] = tk_head_norm_val<T>(x[i], inv, tk_ld(w, wdt, i));
     }
     __syncwarp();
     int half = rot / 2;
