@@ -3,6 +3,8 @@
  */
 #include "testutil.h"
 
+#include "backend/backend.h"
+
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -230,4 +232,39 @@ uint64_t tu_seed(void)
     if (getenv("TERN_TEST_SEED")) seed = strtoull(getenv("TERN_TEST_SEED"), NULL, 10);
     printf("seed %llu (TERN_TEST_SEED to repeat)\n", (unsigned long long)seed);
     return seed;
+}
+
+void tu_backends_create(struct tern_backend **cpu, struct tern_backend **gpu,
+                        struct tern_backend **gpu_det)
+{
+    *cpu = *gpu = *gpu_det = NULL;
+    struct tern_backend_params p = {.device = TERN_DEVICE_CPU};
+    tu_ok(tern_backend_create(&p, cpu));
+    if (!tern_backend_cuda_available()) {
+        printf("skipped: no CUDA device\n");
+        return;
+    }
+    p.device = TERN_DEVICE_CUDA;
+    tu_ok(tern_backend_create(&p, gpu));
+    p.deterministic = true;
+    tu_ok(tern_backend_create(&p, gpu_det));
+}
+
+void tu_backends_destroy(struct tern_backend *cpu, struct tern_backend *gpu,
+                         struct tern_backend *gpu_det)
+{
+    if (gpu_det) tern_backend_destroy(gpu_det);
+    if (gpu) tern_backend_destroy(gpu);
+    if (cpu) tern_backend_destroy(cpu);
+}
+
+float *tu_download_f32(struct tern_backend *be, const struct tern_dtensor *t)
+{
+    size_t n = tern_dtensor_numel(t), es = tern_dtype_size(t->dtype);
+    void *b = tern_malloc(n * es + 1);
+    float *f = tern_malloc(n * sizeof *f + 1);
+    tu_ok(be->ops->download(be, b, t, n * es));
+    tern_to_f32(t->dtype, b, f, n);
+    tern_free(b);
+    return f;
 }

@@ -36,6 +36,21 @@ double tu_max_rel_err(const float *a, const float *b, size_t n);
 /* Fails the test with the status and tern_last_error() unless st is TERN_OK. */
 void tu_ok(enum tern_status st);
 
+struct tern_backend;
+/* The op tests' backends: the CPU reference in *cpu and, when a CUDA device
+ * is present, a default and a deterministic CUDA backend in *gpu and
+ * *gpu_det (else they stay NULL and "skipped: no CUDA device", the tests'
+ * skip marker, is printed). Fails the test on error. */
+void tu_backends_create(struct tern_backend **cpu, struct tern_backend **gpu,
+                        struct tern_backend **gpu_det);
+/* Destroys what tu_backends_create made (NULLs skipped). */
+void tu_backends_destroy(struct tern_backend *cpu, struct tern_backend *gpu,
+                         struct tern_backend *gpu_det);
+struct tern_dtensor;
+/* A tensor's elements downloaded and converted to floats (tern_free); fails
+ * the test on error. */
+float *tu_download_f32(struct tern_backend *be, const struct tern_dtensor *t);
+
 /* One xorshift64 step of *rng, returned as a float uniform in [-1, 1)
  * (24 bits; the random inputs of the op tests). */
 float tu_frand(uint64_t *rng);

@@ -111,13 +111,7 @@ static struct tern_dtensor mk_out(struct tern_backend *be, enum tern_dtype dt, i
 
 static float *get(struct tern_backend *be, const struct tern_dtensor *t)
 {
-    size_t n = tern_dtensor_numel(t), es = tern_dtype_size(t->dtype);
-    void *b = tern_malloc(n * es + 1);
-    float *f = tern_malloc(n * sizeof *f + 1);
-    if (be->ops->download(be, b, t, n * es) != TERN_OK) fail_msg("%s", tern_last_error());
-    tern_to_f32(t->dtype, b, f, n);
-    tern_free(b);
-    return f;
+    return tu_download_f32(be, t);
 }
 
 /* Compares and frees both arrays. */
@@ -941,25 +935,16 @@ static void test_matmul_glu(void **state)
 
 static int group_setup(void **state)
 {
+    (void)state;
     rng = tu_seed();
-    struct tern_backend_params p = {.device = TERN_DEVICE_CPU};
-    tu_ok(tern_backend_create(&p, &cpu));
-    if (!tern_backend_cuda_available()) {
-        printf("skipped: no CUDA device\n");
-        return 0;
-    }
-    p.device = TERN_DEVICE_CUDA;
-    tu_ok(tern_backend_create(&p, &gpu));
-    p.deterministic = true;
-    tu_ok(tern_backend_create(&p, &gpu_det));
+    tu_backends_create(&cpu, &gpu, &gpu_det);
     return 0;
 }
 
 static int group_teardown(void **state)
 {
-    tern_backend_destroy(gpu_det);
-    tern_backend_destroy(gpu);
-    tern_backend_destroy(cpu);
+    (void)state;
+    tu_backends_destroy(cpu, gpu, gpu_det);
     return 0;
 }
 
