@@ -252,6 +252,19 @@ struct tern_backend_ops {
                                       const struct tern_attn_params *p,
                                       const struct tern_batch_dev *batch,
                                       struct tern_kv_layer *kv);
+    /* optional (NULL = absent: callers issue qk_rope_store, then
+     * attention): both in one op, with their arguments (out as attention's).
+     * The same bits in out and the caches as that pair of ops on the same
+     * backend; qkv's q and k heads are left unspecified (CUDA's decode
+     * kernel, which folds the prologue into the attention of a batch whose
+     * every sequence has one query token, leaves them as they were). The
+     * cache rows a sequence reads must not be written by another token of
+     * the batch. */
+    enum tern_status (*qk_rope_store_attention)(
+        struct tern_backend *be, struct tern_dtensor *qkv, const struct tern_dtensor *q_norm,
+        const struct tern_dtensor *k_norm, float eps, const struct tern_rope *rope,
+        const struct tern_attn_params *p, const struct tern_batch_dev *batch,
+        struct tern_kv_layer *kv, struct tern_dtensor *out);
     /* out = silu(gate) * up, where gate_up: [T, 2*ff] holds gate in columns
      * [0, ff) and up in [ff, 2ff); out: [T, ff]. */
     enum tern_status (*silu_mul)(struct tern_backend *be, const struct tern_dtensor *gate_up,

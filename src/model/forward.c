@@ -11,6 +11,9 @@
  *     cache[slot_mapping] = k, v                     (one qk_rope_store op where
  *                                                    the backend has it)
  *     attn = attention(q, paged cache)               causal, GQA, sliding window
+ *                                                    (with the two lines above one
+ *                                                    qk_rope_store_attention op
+ *                                                    where the backend has it)
  *     residual += attn o_proj;  h = rmsnorm(residual)
  *     residual += down(silu(h gate) * (h up))       (one matmul_glu for the fused
  *                                                    gate/up where the backend has it)
@@ -312,9 +315,15 @@ static enum tern_status attention_block(struct tern_model_core *m, struct tern_f
     }
     if (ops->qk_rope_store) { /* head norms, rope and the KV store in one op */
         bool qn = m->arch->qk_norm;
-        TERN_TRY(ops->qk_rope_store(be, &qkv, qn ? &ly->q_norm : NULL, qn ? &ly->k_norm : NULL,
-                                    hp->rms_norm_eps, &m->rope, &m->attn, &f->batch, kvl));
-        TERN_TRY(ops->attention(be, &qkv, kvl, &f->batch, &m->attn, &attn));
+        const struct tern_dtensor *qw = qn ? &ly->q_norm : NULL, *kw = qn ? &ly->k_norm : NULL;
+        if (ops->qk_rope_store_attention) { /* and the attention too */
+            TERN_TRY(ops->qk_rope_store_attention(be, &qkv, qw, kw, hp->rms_norm_eps, &m->rope,
+                                                  &m->attn, &f->batch, kvl, &attn));
+        } else {
+            TERN_TRY(ops->qk_rope_store(be, &qkv, qw, kw, hp->rms_norm_eps, &m->rope, &m->attn,
+                                        &f->batch, kvl));
+            TERN_TRY(ops->attention(be, &qkv, kvl, &f->batch, &m->attn, &attn));
+        }
         return proj_add_norm(m, f, &attn, &ly->o_proj, post, T);
     }
     if (m->arch->qk_norm) {

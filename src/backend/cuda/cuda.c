@@ -487,6 +487,7 @@ static const struct tern_backend_ops cuda_ops = {
     .kv_store = tern_cuda_kv_store,
     .attention = tern_cuda_attention,
     .qk_rope_store = tern_cuda_qk_rope_store,
+    .qk_rope_store_attention = tern_cuda_qk_rope_store_attention,
     .silu_mul = cu_silu_mul,
     .matmul_glu = tern_cuda_matmul_glu,
     .matmul_add_rmsnorm = tern_cuda_matmul_add_rmsnorm,

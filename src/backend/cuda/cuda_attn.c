@@ -1,6 +1,9 @@
 /*
  * cuda_attn.c — the KV store and attention ops: operand checks and the
- * choice between the two attention kernels.
+ * choice between the two attention kernels; qk_rope_store and
+ * qk_rope_store_attention (opt-in, for a batch of one-token sequences: the
+ * decode kernel with the attention prologue folded in, one launch per layer
+ * instead of two).
  *
  * One attention call serves a whole ragged batch. Sequences with more than
  * one query token (prefill chunks) go to the tensor-core prefill kernel,
@@ -64,9 +67,34 @@ enum tern_status tern_cuda_kv_store(struct tern_backend *be, const struct tern_d
     return TERN_OK;
 }
 
-/* The fused kernel where it takes the shape (head_dim <= 256, dtypes as
- * kv_store's, norms of one float dtype); otherwise the three ops in turn,
- * which is what the kernel computes. */
+/* Whether tk_qk_rope_store takes the shape: head_dim <= 256, dtypes as
+ * kv_store's, norms of one float dtype, I32 batch arrays. */
+static bool qkr_fits(const struct tern_dtensor *qkv, const struct tern_dtensor *q_norm,
+                     const struct tern_dtensor *k_norm, const struct tern_rope *rope,
+                     const struct tern_attn_params *p, const struct tern_batch_dev *batch,
+                     const struct tern_kv_layer *kv)
+{
+    int hd = rope->head_dim;
+    int64_t qd = (int64_t)p->n_heads * hd, kvd = (int64_t)p->n_kv_heads * hd;
+    int64_t width = (int64_t)tern_dtensor_numel(qkv) / qkv->shape[0];
+    const struct tern_dtensor *K = &kv->k;
+    bool norm_ok = !q_norm || (k_norm && q_norm->dtype == k_norm->dtype &&
+                               (q_norm->dtype == TERN_DTYPE_F32 || q_norm->dtype == TERN_DTYPE_F16 ||
+                                q_norm->dtype == TERN_DTYPE_BF16) &&
+                               tern_dtensor_numel(q_norm) == (size_t)hd &&
+                               tern_dtensor_numel(k_norm) == (size_t)hd);
+    return norm_ok && tk_qk_rope_store_fits(hd, rope->rotary_dim) && p->head_dim == hd &&
+           K->n_dims == 4 && K->shape[2] == p->n_kv_heads && K->shape[3] == hd &&
+           kv->v.dtype == K->dtype && qkv->dtype == K->dtype &&
+           (K->dtype == TERN_DTYPE_BF16 || K->dtype == TERN_DTYPE_F32) &&
+           tern_dtensor_numel(&kv->v) == tern_dtensor_numel(K) &&
+           batch->slot_mapping.dtype == TERN_DTYPE_I32 &&
+           batch->positions.dtype == TERN_DTYPE_I32 && rope->inv_freq.dtype == TERN_DTYPE_F32 &&
+           width >= qd + 2 * kvd;
+}
+
+/* The fused kernel where it takes the shape (qkr_fits); otherwise the three
+ * ops in turn, which is what the kernel computes. */
 enum tern_status tern_cuda_qk_rope_store(struct tern_backend *be, struct tern_dtensor *qkv,
                                          const struct tern_dtensor *q_norm,
                                          const struct tern_dtensor *k_norm, float eps,
@@ -80,22 +108,8 @@ enum tern_status tern_cuda_qk_rope_store(struct tern_backend *be, struct tern_dt
     int64_t qd = (int64_t)p->n_heads * hd, kvd = (int64_t)p->n_kv_heads * hd;
     int64_t T = qkv->shape[0];
     if (T == 0) return TERN_OK;
-    int64_t width = (int64_t)tern_dtensor_numel(qkv) / T;
     const struct tern_dtensor *K = &kv->k;
-    bool norm_ok = !q_norm || (k_norm && q_norm->dtype == k_norm->dtype &&
-                               (q_norm->dtype == TERN_DTYPE_F32 || q_norm->dtype == TERN_DTYPE_F16 ||
-                                q_norm->dtype == TERN_DTYPE_BF16) &&
-                               tern_dtensor_numel(q_norm) == (size_t)hd &&
-                               tern_dtensor_numel(k_norm) == (size_t)hd);
-    bool fits = tern_cuda_fuse_ops("qkr") && norm_ok && tk_qk_rope_store_fits(hd, rope->rotary_dim) && p->head_dim == hd &&
-                K->n_dims == 4 && K->shape[2] == p->n_kv_heads && K->shape[3] == hd &&
-                kv->v.dtype == K->dtype && qkv->dtype == K->dtype &&
-                (K->dtype == TERN_DTYPE_BF16 || K->dtype == TERN_DTYPE_F32) &&
-                tern_dtensor_numel(&kv->v) == tern_dtensor_numel(K) &&
-                batch->slot_mapping.dtype == TERN_DTYPE_I32 &&
-                batch->positions.dtype == TERN_DTYPE_I32 &&
-                rope->inv_freq.dtype == TERN_DTYPE_F32 && width >= qd + 2 * kvd;
-    if (!fits) {
+    if (!tern_cuda_fuse_ops("qkr") || !qkr_fits(qkv, q_norm, k_norm, rope, p, batch, kv)) {
         if (q_norm) {
             TERN_TRY(ops->head_rmsnorm(be, qkv, 0, p->n_heads, hd, q_norm, eps));
             TERN_TRY(ops->head_rmsnorm(be, qkv, qd, p->n_kv_heads, hd, k_norm, eps));
@@ -103,7 +117,7 @@ enum tern_status tern_cuda_qk_rope_store(struct tern_backend *be, struct tern_dt
         TERN_TRY(ops->rope(be, qkv, 0, p->n_heads + p->n_kv_heads, &batch->positions, rope));
         return ops->kv_store(be, qkv, qd, qd + kvd, batch, kv);
     }
-    int64_t n_slots = K->shape[0] * K->shape[1];
+    int64_t width = (int64_t)tern_dtensor_numel(qkv) / T, n_slots = K->shape[0] * K->shape[1];
     cudaError_t e = tk_qk_rope_store(
         tern_cuda_of(be)->stream, tern_cuda_ptr(qkv), (int)qkv->dtype, width, T, p->n_heads,
         p->n_kv_heads, hd, q_norm ? tern_cuda_ptr(q_norm) : NULL,
@@ -197,6 +211,50 @@ static enum tern_status decode_splits(struct tern_cuda *c, const struct tk_attn_
     return TERN_OK;
 }
 
+/* The kernels' view of one attention call. */
+static struct tk_attn_args attn_args(const struct tern_dtensor *qkv, const struct tern_kv_layer *kv,
+                                     const struct tern_batch_dev *batch,
+                                     const struct tern_attn_params *p, struct tern_dtensor *out)
+{
+    int64_t T = qkv->shape[0];
+    return (struct tk_attn_args){
+        .q = tern_cuda_ptr(qkv),
+        .q_stride = (int64_t)tern_dtensor_numel(qkv) / T,
+        .k_cache = tern_cuda_ptr(&kv->k),
+        .v_cache = tern_cuda_ptr(&kv->v),
+        .out = tern_cuda_ptr(out),
+        .out_stride = (int64_t)tern_dtensor_numel(out) / T,
+        .positions = tern_cuda_ptr(&batch->positions),
+        .query_start = tern_cuda_ptr(&batch->query_start),
+        .seq_lens = tern_cuda_ptr(&batch->seq_lens),
+        .block_tables = tern_cuda_ptr(&batch->block_tables),
+        .n_seqs = batch->host->n_seqs,
+        .max_blocks_per_seq = batch->host->max_blocks_per_seq,
+        .block_size = batch->block_size,
+        .n_heads = p->n_heads,
+        .n_kv_heads = p->n_kv_heads,
+        .head_dim = p->head_dim,
+        .scale = p->scale,
+        .softcap = p->softcap,
+        .sliding_window = p->sliding_window,
+        .max_q_len = batch->max_q_len,
+        .max_seq_len = batch->max_seq_len,
+    };
+}
+
+/* The split-KV decode kernel over the batch's n_decode one-token
+ * sequences, with the attention prologue folded in when pro is non-NULL. */
+static enum tern_status attn_decode(struct tern_cuda *c, const struct tk_attn_args *a,
+                                    const struct tk_qkr_args *pro, int n_decode)
+{
+    struct decode_plan dp = {0, 0, 0, 0};
+    TERN_TRY(decode_splits(c, a, n_decode, &dp));
+    cudaError_t e = tk_attn_decode(c->stream, a, pro, dp.min_len, dp.max_len, dp.n_target,
+                                   dp.n_splits, c->attn_ws);
+    if (e != cudaSuccess) return tern_cuda_fail("tk_attn_decode", (int)e, __FILE__, __LINE__);
+    return TERN_OK;
+}
+
 enum tern_status tern_cuda_attention(struct tern_backend *be, const struct tern_dtensor *qkv,
                                      const struct tern_kv_layer *kv,
                                      const struct tern_batch_dev *batch,
@@ -213,29 +271,7 @@ enum tern_status tern_cuda_attention(struct tern_backend *be, const struct tern_
         n_prefill += q > 1;
     }
     int64_t T = qkv->shape[0];
-    struct tk_attn_args a = {
-        .q = tern_cuda_ptr(qkv),
-        .q_stride = (int64_t)tern_dtensor_numel(qkv) / T,
-        .k_cache = tern_cuda_ptr(&kv->k),
-        .v_cache = tern_cuda_ptr(&kv->v),
-        .out = tern_cuda_ptr(out),
-        .out_stride = (int64_t)tern_dtensor_numel(out) / T,
-        .positions = tern_cuda_ptr(&batch->positions),
-        .query_start = tern_cuda_ptr(&batch->query_start),
-        .seq_lens = tern_cuda_ptr(&batch->seq_lens),
-        .block_tables = tern_cuda_ptr(&batch->block_tables),
-        .n_seqs = h->n_seqs,
-        .max_blocks_per_seq = h->max_blocks_per_seq,
-        .block_size = batch->block_size,
-        .n_heads = p->n_heads,
-        .n_kv_heads = p->n_kv_heads,
-        .head_dim = p->head_dim,
-        .scale = p->scale,
-        .softcap = p->softcap,
-        .sliding_window = p->sliding_window,
-        .max_q_len = batch->max_q_len,
-        .max_seq_len = batch->max_seq_len,
-    };
+    struct tk_attn_args a = attn_args(qkv, kv, batch, p, out);
     bool fast_p = attn_fast(qkv, p, out, true), fast_d = attn_fast(qkv, p, out, false);
     if ((n_prefill > 0 && !fast_p) || (n_decode > 0 && !fast_d)) {
         int which = fast_p ? TK_GEN_DECODE : fast_d ? TK_GEN_PREFILL : TK_GEN_ALL;
@@ -246,12 +282,68 @@ enum tern_status tern_cuda_attention(struct tern_backend *be, const struct tern_
         cudaError_t e = tk_attn_prefill(c->stream, &a);
         if (e != cudaSuccess) return tern_cuda_fail("tk_attn_prefill", (int)e, __FILE__, __LINE__);
     }
-    if (n_decode > 0 && fast_d) {
-        struct decode_plan dp = {0, 0, 0, 0};
-        TERN_TRY(decode_splits(c, &a, n_decode, &dp));
-        cudaError_t e = tk_attn_decode(c->stream, &a, dp.min_len, dp.max_len, dp.n_target,
-                                       dp.n_splits, c->attn_ws);
-        if (e != cudaSuccess) return tern_cuda_fail("tk_attn_decode", (int)e, __FILE__, __LINE__);
-    }
+    if (n_decode > 0 && fast_d) return attn_decode(c, &a, NULL, n_decode);
     return TERN_OK;
+}
+
+/* Whether every sequence of the batch has one query token (and every
+ * token belongs to one). */
+static bool decode_only(const struct tern_batch *h, int64_t T)
+{
+    if (h->n_seqs < 1 || T != h->n_seqs || h->query_start[0] != 0) return false;
+    for (int s = 0; s < h->n_seqs; s++)
+        if (h->query_start[s + 1] - h->query_start[s] != 1) return false;
+    return true;
+}
+
+/* The fused decode kernel is opt-in: TERN_CUDA_FUSE_OPS must name "qka".
+ * On the H200 (docs/perf/cuda-model.md, run 16) one launch per layer
+ * instead of two was no faster at batch 1 (4-bit 8B: 377.5 / 378.9 tok/s
+ * vs 379.5 / 380.6 without). */
+static bool qka_on(void)
+{
+    const char *e = getenv("TERN_CUDA_FUSE_OPS");
+    return e && strstr(e, "qka") != NULL;
+}
+
+/* The decode kernel with the prologue folded in (tk_attn_decode with a
+ * tk_qkr_args) for a decode-only batch it takes (qkr_fits, attn_fast's
+ * decode shapes, BF16) when qka_on; otherwise qk_rope_store, then
+ * attention. Either way the same bits in out and the caches
+ * (test_attn_fused_cuda); the fused kernel leaves qkv as it was, the
+ * fallback rotates its q and k heads in place. */
+enum tern_status tern_cuda_qk_rope_store_attention(
+    struct tern_backend *be, struct tern_dtensor *qkv, const struct tern_dtensor *q_norm,
+    const struct tern_dtensor *k_norm, float eps, const struct tern_rope *rope,
+    const struct tern_attn_params *p, const struct tern_batch_dev *batch,
+    struct tern_kv_layer *kv, struct tern_dtensor *out)
+{
+    int64_t T = qkv->shape[0];
+    bool fused = T > 0 && qka_on() && decode_only(batch->host, T) &&
+                 qkv->dtype == TERN_DTYPE_BF16 && qkr_fits(qkv, q_norm, k_norm, rope, p, batch, kv);
+    if (fused) {
+        TERN_TRY(attn_check(qkv, kv, batch, p, out));
+        fused = attn_fast(qkv, p, out, false);
+    }
+    if (!fused) {
+        TERN_TRY(tern_cuda_qk_rope_store(be, qkv, q_norm, k_norm, eps, rope, p, batch, kv));
+        return tern_cuda_attention(be, qkv, kv, batch, p, out);
+    }
+    struct tern_cuda *c = tern_cuda_of(be);
+    struct tk_attn_args a = attn_args(qkv, kv, batch, p, out);
+    struct tk_qkr_args pro = {
+        .q_norm = q_norm ? tern_cuda_ptr(q_norm) : NULL,
+        .k_norm = q_norm ? tern_cuda_ptr(k_norm) : NULL,
+        .wdt = q_norm ? (int)q_norm->dtype : 0,
+        .eps = eps,
+        .rotary_dim = rope->rotary_dim,
+        .interleaved = rope->interleaved,
+        .mscale = rope->mscale,
+        .inv_freq = tern_cuda_ptr(&rope->inv_freq),
+        .slots = tern_cuda_ptr(&batch->slot_mapping),
+        .n_slots = kv->k.shape[0] * kv->k.shape[1],
+        .k_cache = tern_cuda_ptr(&kv->k),
+        .v_cache = tern_cuda_ptr(&kv->v),
+    };
+    return attn_decode(c, &a, &pro, (int)T);
 }

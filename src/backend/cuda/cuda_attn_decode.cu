@@ -32,9 +32,23 @@
  * Workspace (tk_attn_decode_ws_bytes): DEC_CNT uint32 counters (zero at the
  * context's creation, [S, n_kv_heads] used), then floats m, l:
  * [S, H, n_splits] and acc: [S, H, n_splits, D] (16-byte aligned).
- * Depends on cuda_common.cuh.
+ *
+ * With the prologue folded in (PRO: tk_qk_rope_store's work, for batches
+ * where every sequence has one query token), each block reads its G q heads
+ * and the k head raw from the qkv row and applies the head norm and rope
+ * itself (pro_prep: cuda_rope.cuh's arithmetic, the same roundings, so the
+ * values are bitwise those qk_rope_store would store; rope's cos / sin once
+ * per block). Split 0 of each (kv head, sequence) writes the new K / V rows
+ * to the token's slot; no block reads that cache row: a K/V row load whose
+ * slot is the token's new one takes the roped k and the v from registers
+ * instead (ld_kv's `fresh` mask, take_fresh). So the rows a sequence reads
+ * must not be written by another token of the batch (the engine's padding
+ * sequences, slot -1 over block 0, may read a row a real sequence writes:
+ * only their ignored outputs can then differ). qkv itself is not written.
+ * Depends on cuda_common.cuh, cuda_rope.cuh.
  */
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_rope.cuh"
 
 #include <limits.h>
 
@@ -109,39 +123,72 @@ template <int EPL> static __device__ __forceinline__ void ld_kv_raw(const bf16 *
         asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(w[0]) : "l"(p));
 }
 
-/* Loads the U K and V rows from position j0 on (clamped to k1 - 1). */
-template <int EPL, int U>
-static __device__ __forceinline__ void ld_kv(const struct tk_attn_args &a, const int32_t *bt,
-                                             int g, int lane, int j0, int k1,
-                                             uint32_t (&kr)[U][EPL / 2], uint32_t (&vr)[U][EPL / 2])
+/* EPL / 2 words to EPL consecutive bf16. */
+template <int EPL> static __device__ __forceinline__ void st_raw(bf16 *p, const uint32_t *w)
+{
+    if (EPL == 8) *(uint4 *)p = make_uint4(w[0], w[1], w[2], w[3]);
+    else if (EPL == 4) *(uint2 *)p = make_uint2(w[0], w[1]);
+    else *(uint32_t *)p = w[0];
+}
+
+/* Loads the U K and V rows from position j0 on (clamped to k1 - 1). PRO: a
+ * row in cache slot s_new (the token's own, being written) is not loaded;
+ * its bit in the returned mask says take_fresh must fill it. */
+template <int EPL, int U, bool PRO>
+static __device__ __forceinline__ unsigned ld_kv(const struct tk_attn_args &a, const int32_t *bt,
+                                                 int g, int lane, int j0, int k1, int64_t s_new,
+                                                 uint32_t (&kr)[U][EPL / 2],
+                                                 uint32_t (&vr)[U][EPL / 2])
 {
     constexpr int D = EPL * 32;
     const bf16 *kc = (const bf16 *)a.k_cache, *vc = (const bf16 *)a.v_cache;
+    unsigned fresh = 0;
 #pragma unroll
     for (int u = 0; u < U; u++) {
         int j = j0 + u < k1 ? j0 + u : k1 - 1;
         int64_t slot = (int64_t)bt[j / a.block_size] * a.block_size + j % a.block_size;
+        if (PRO && slot == s_new) {
+            fresh |= 1u << u;
+            continue;
+        }
         int64_t off = (slot * a.n_kv_heads + g) * D + lane * EPL;
         ld_kv_raw<EPL>(kc + off, kr[u]);
         ld_kv_raw<EPL>(vc + off, vr[u]);
     }
+    return fresh;
+}
+
+/* The rows ld_kv left out: the token's roped k and its v (kf, vf). */
+template <int EPL, int U>
+static __device__ __forceinline__ void take_fresh(unsigned fresh, uint32_t (&kr)[U][EPL / 2],
+                                                  uint32_t (&vr)[U][EPL / 2],
+                                                  const uint32_t (&kf)[EPL / 2],
+                                                  const uint32_t (&vf)[EPL / 2])
+{
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        if (fresh >> u & 1)
+#pragma unroll
+            for (int w = 0; w < EPL / 2; w++) kr[u][w] = kf[w], vr[u][w] = vf[w];
 }
 
 /* One warp's online softmax over its tokens of [k0, k1): U rows per step
  * (the first step's already in kr / vr), the next step's rows loaded before
  * the current ones are used. */
-template <int D, int GM, int U>
-static __device__ __forceinline__ void warp_attend(const struct tk_attn_args &a, const int32_t *bt,
-                                                   int g, int lane, int warp, int k0, int k1,
-                                                   uint32_t (&kr)[U][D / 64],
-                                                   uint32_t (&vr)[U][D / 64],
-                                                   const float (&qf)[GM][D / 32], float (&m)[GM],
-                                                   float (&l)[GM], float (&acc)[GM][D / 32])
+template <int D, int GM, int U, bool PRO>
+static __device__ __forceinline__ void
+warp_attend(const struct tk_attn_args &a, const int32_t *bt, int g, int lane, int warp, int k0,
+            int k1, int64_t s_new, const uint32_t (&kf)[D / 64], const uint32_t (&vf)[D / 64],
+            uint32_t (&kr)[U][D / 64], uint32_t (&vr)[U][D / 64], const float (&qf)[GM][D / 32],
+            float (&m)[GM], float (&l)[GM], float (&acc)[GM][D / 32])
 {
     constexpr int EPL = D / 32, STEP = DEC_WARPS * U;
     for (int j0 = k0 + warp * U; j0 < k1; j0 += STEP) {
         uint32_t kn[U][EPL / 2], vn[U][EPL / 2];
-        if (j0 + STEP < k1) ld_kv<EPL, U>(a, bt, g, lane, j0 + STEP, k1, kn, vn);
+        if (j0 + STEP < k1) {
+            unsigned fresh = ld_kv<EPL, U, PRO>(a, bt, g, lane, j0 + STEP, k1, s_new, kn, vn);
+            if (PRO) take_fresh<EPL, U>(fresh, kn, vn, kf, vf);
+        }
 #pragma unroll
         for (int h = 0; h < GM; h++) {
             float sc[U];
@@ -228,9 +275,119 @@ static __device__ __forceinline__ void merge_splits(const struct tk_attn_args &a
     }
 }
 
+/* PRO: the token's (row t's) G q heads of kv head g and its k head, read
+ * raw from qkv, get the head norm (pr.q_norm / k_norm) and rope at pos with
+ * qk_rope_store's arithmetic (cuda_rope.cuh) and roundings: qf = each q
+ * value as qk_rope_store would store it, times qscale (this lane's dims);
+ * kf, vf = this lane's words of the k row it would store and of the v row.
+ * Every thread of the block takes part (two __syncthreads). */
 template <int D, int GM>
+static __device__ __forceinline__ void pro_prep(const struct tk_attn_args &a,
+                                                const struct tk_qkr_args &pr, int g, int64_t t,
+                                                int pos, float qscale, float (&qf)[GM][D / 32],
+                                                uint32_t (&kf)[D / 64], uint32_t (&vf)[D / 64])
+{
+    constexpr int EPL = D / 32;
+    __shared__ float s_x[GM + 1][D]; /* q heads 0..G-1, then the k head */
+    __shared__ float s_c[D / 2], s_s[D / 2];
+    int G = a.n_heads / a.n_kv_heads, half = pr.rotary_dim / 2;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const bf16 *row = (const bf16 *)a.q + t * a.q_stride;
+    for (int i = threadIdx.x * 8; i < (G + 1) * D; i += blockDim.x * 8) {
+        int h = i / D, d = i % D;
+        int64_t col = (int64_t)(h < G ? g * G + h : a.n_heads + g) * D + d;
+        uint32_t w[4];
+        ld_raw<8>(row + col, w);
+#pragma unroll
+        for (int e = 0; e < 8; e++) s_x[h][d + e] = raw_f(w, e);
+    }
+    ld_raw<EPL>(row + (int64_t)(a.n_heads + a.n_kv_heads + g) * D + lane * EPL, vf);
+    if ((int)threadIdx.x < half)
+        tk_rope_cs((float)pos, pr.inv_freq[threadIdx.x], pr.mscale, s_c[threadIdx.x],
+                   s_s[threadIdx.x]);
+    __syncthreads();
+    for (int h = warp; h <= G; h += DEC_WARPS) { /* one warp per head, as qk_rope_store */
+        float *x = s_x[h];
+        if (pr.q_norm) {
+            const void *w = h < G ? pr.q_norm : pr.k_norm;
+            float inv = tk_head_inv_rms(x, D, pr.eps, lane);
+            for (int i = lane; i < D; i += 32)
+                x[i] = tk_head_norm_val<bf16>(x[i], inv, tk_ld(w, pr.wdt, i));
+        }
+        __syncwarp();
+        for (int i = lane; i < half; i += 32) {
+            int i1 = pr.interleaved ? 2 * i : i, i2 = pr.interleaved ? 2 * i + 1 : i + half;
+            tk_rope_pair<bf16>(x[i1], x[i2], s_c[i], s_s[i]);
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < GM; h++) {
+        const float *x = s_x[h < G ? h : 0] + lane * EPL;
+#pragma unroll
+        for (int e = 0; e < EPL; e++) qf[h][e] = tk_f(__float2bfloat16(x[e])) * qscale;
+    }
+    const float *x = s_x[G] + lane * EPL;
+#pragma unroll
+    for (int w = 0; w < EPL / 2; w++) {
+        __nv_bfloat162 p = __floats2bfloat162_rn(x[2 * w], x[2 * w + 1]);
+        kf[w] = *(uint32_t *)&p;
+    }
+}
+
+/* A block's query heads (qf, times qscale) and its warp's first K/V rows
+ * (kr, vr), loaded for the usual query position L - 1 while the position
+ * itself loads; any other position reloads them. [k0, k1): the block's
+ * positions for the query. PRO: the prologue (pro_prep; kf, vf the token's
+ * rows) and split 0's store of the new K/V rows. */
+template <int D, int GM, int U, bool PRO>
+static __device__ __forceinline__ void
+dec_start(const struct tk_attn_args &a, const struct tk_qkr_args &pr, const int32_t *bt, int g,
+          int sp, int len, int qs, int L, int64_t s_new, int &k0, int &k1,
+          float (&qf)[GM][D / 32], uint32_t (&kf)[D / 64], uint32_t (&vf)[D / 64],
+          uint32_t (&kr)[U][D / 64], uint32_t (&vr)[U][D / 64])
+{
+    constexpr int EPL = D / 32;
+    int G = a.n_heads / a.n_kv_heads;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, win = a.sliding_window;
+    k0 = max(win > 0 ? max(0, L - win) : 0, sp * len), k1 = min(L, (sp + 1) * len);
+    unsigned fresh = 0;
+    if (k0 + warp * U < k1)
+        fresh = ld_kv<EPL, U, PRO>(a, bt, g, lane, k0 + warp * U, k1, s_new, kr, vr);
+    int pos = a.positions[qs];
+    float qscale = a.softcap > 0.0f ? a.scale : a.scale * LOG2E;
+    if (PRO) pro_prep<D, GM>(a, pr, g, qs, pos, qscale, qf, kf, vf);
+    if (pos != L - 1) {
+        int lo = win > 0 ? max(0, pos - win + 1) : 0;
+        k0 = max(lo, sp * len), k1 = min(min(pos + 1, L), (sp + 1) * len);
+        if (k0 + warp * U < k1)
+            fresh = ld_kv<EPL, U, PRO>(a, bt, g, lane, k0 + warp * U, k1, s_new, kr, vr);
+    }
+    if (PRO) {
+        take_fresh<EPL, U>(fresh, kr, vr, kf, vf);
+        if (sp == 0 && warp == 0 && s_new >= 0) {
+            int64_t off = (s_new * a.n_kv_heads + g) * D + lane * EPL;
+            st_raw<EPL>((bf16 *)pr.k_cache + off, kf);
+            st_raw<EPL>((bf16 *)pr.v_cache + off, vf);
+        }
+    } else {
+#pragma unroll
+        for (int h = 0; h < GM; h++) {
+            int hh = h < G ? h : 0;
+            const bf16 *qp = (const bf16 *)a.q + (int64_t)qs * a.q_stride +
+                             (int64_t)(g * G + hh) * D + lane * EPL;
+            uint32_t w[EPL / 2];
+            ld_raw<EPL>(qp, w);
+#pragma unroll
+            for (int e = 0; e < EPL; e++) qf[h][e] = raw_f(w, e) * qscale;
+        }
+    }
+}
+
+template <int D, int GM, bool PRO>
 static __global__ void __launch_bounds__(DEC_WARPS * 32)
-    k_attn_decode(struct tk_attn_args a, struct dec_rule rule, int n_splits, float *ws)
+    k_attn_decode(struct tk_attn_args a, struct tk_qkr_args pr, struct dec_rule rule, int n_splits,
+                  float *ws)
 {
     constexpr int EPL = D / 32, U = EPL * GM <= 32 ? 8 : 4;
     __shared__ float s_acc[DEC_WARPS][GM][D];
@@ -243,35 +400,21 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32)
     if (qe - qs != 1) return;
     int len = split_len_of(L, rule, n_splits);
     int n_live = (int)tk_cdiv(L, len);
-    if (sp >= n_live) return; /* the merge reads only live splits */
+    /* the merge reads only live splits; PRO: split 0 stores the new rows */
+    if (sp >= n_live && !(PRO && sp == 0)) return;
+    int64_t s_new = -1;
+    if (PRO) {
+        int64_t slot = pr.slots[qs];
+        s_new = slot >= 0 && slot < pr.n_slots ? slot : -1;
+    }
     int G = a.n_heads / a.n_kv_heads;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int32_t *bt = a.block_tables + (int64_t)s * a.max_blocks_per_seq;
-    /* The first rows are loaded for the usual query position L - 1 while
-     * the position itself loads; any other position reloads them. */
-    int win = a.sliding_window;
-    int k0 = max(win > 0 ? max(0, L - win) : 0, sp * len), k1 = min(L, (sp + 1) * len);
-    uint32_t kr[U][EPL / 2], vr[U][EPL / 2];
-    if (k0 + warp * U < k1) ld_kv<EPL, U>(a, bt, g, lane, k0 + warp * U, k1, kr, vr);
-    int pos = a.positions[qs];
-    if (pos != L - 1) {
-        int lo = win > 0 ? max(0, pos - win + 1) : 0;
-        k0 = max(lo, sp * len), k1 = min(min(pos + 1, L), (sp + 1) * len);
-        if (k0 + warp * U < k1) ld_kv<EPL, U>(a, bt, g, lane, k0 + warp * U, k1, kr, vr);
-    }
-
+    int k0, k1;
     float qf[GM][EPL];
-    float qscale = a.softcap > 0.0f ? a.scale : a.scale * LOG2E;
-#pragma unroll
-    for (int h = 0; h < GM; h++) {
-        int hh = h < G ? h : 0;
-        const bf16 *qp = (const bf16 *)a.q + (int64_t)qs * a.q_stride +
-                         (int64_t)(g * G + hh) * D + lane * EPL;
-        uint32_t w[EPL / 2];
-        ld_raw<EPL>(qp, w);
-#pragma unroll
-        for (int e = 0; e < EPL; e++) qf[h][e] = raw_f(w, e) * qscale;
-    }
+    uint32_t kr[U][EPL / 2], vr[U][EPL / 2], kf[EPL / 2], vf[EPL / 2];
+    dec_start<D, GM, U, PRO>(a, pr, bt, g, sp, len, qs, L, s_new, k0, k1, qf, kf, vf, kr, vr);
+    if (sp >= n_live) return; /* PRO, a sequence of no positions */
     float m[GM], l[GM], acc[GM][EPL];
 #pragma unroll
     for (int h = 0; h < GM; h++) {
@@ -280,7 +423,7 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32)
 #pragma unroll
         for (int e = 0; e < EPL; e++) acc[h][e] = 0.0f;
     }
-    warp_attend<D, GM, U>(a, bt, g, lane, warp, k0, k1, kr, vr, qf, m, l, acc);
+    warp_attend<D, GM, U, PRO>(a, bt, g, lane, warp, k0, k1, s_new, kf, vf, kr, vr, qf, m, l, acc);
     /* Merge the warps' states in warp order. */
 #pragma unroll
     for (int h = 0; h < GM; h++) {
@@ -340,37 +483,47 @@ extern "C" size_t tk_attn_decode_ws_bytes(const struct tk_attn_args *a, int n_sp
 
 template <int D, int GM>
 static cudaError_t decode_launch(cudaStream_t st, const struct tk_attn_args *a,
-                                 struct dec_rule rule, int n_splits, float *ws)
+                                 const struct tk_qkr_args *pro, struct dec_rule rule, int n_splits,
+                                 float *ws)
 {
     dim3 grid((unsigned)n_splits, (unsigned)a->n_kv_heads, (unsigned)a->n_seqs);
-    return tk_launch(k_attn_decode<D, GM>, grid, DEC_WARPS * 32, 0, st, *a, rule, n_splits, ws);
+    if (pro)
+        return tk_launch(k_attn_decode<D, GM, true>, grid, DEC_WARPS * 32, 0, st, *a, *pro, rule,
+                         n_splits, ws);
+    struct tk_qkr_args none = {};
+    return tk_launch(k_attn_decode<D, GM, false>, grid, DEC_WARPS * 32, 0, st, *a, none, rule,
+                     n_splits, ws);
 }
 
 template <int D>
-static cudaError_t decode_d(cudaStream_t st, const struct tk_attn_args *a, struct dec_rule rule,
-                            int n_splits, float *ws)
+static cudaError_t decode_d(cudaStream_t st, const struct tk_attn_args *a,
+                            const struct tk_qkr_args *pro, struct dec_rule rule, int n_splits,
+                            float *ws)
 {
     int G = a->n_heads / a->n_kv_heads;
-    if (G <= 1) return decode_launch<D, 1>(st, a, rule, n_splits, ws);
-    if (G <= 2) return decode_launch<D, 2>(st, a, rule, n_splits, ws);
-    if (G <= 4) return decode_launch<D, 4>(st, a, rule, n_splits, ws);
-    if (G <= 8) return decode_launch<D, 8>(st, a, rule, n_splits, ws);
-    if (D <= 128 && G <= 16) return decode_launch<D, D <= 128 ? 16 : 8>(st, a, rule, n_splits, ws);
+    if (G <= 1) return decode_launch<D, 1>(st, a, pro, rule, n_splits, ws);
+    if (G <= 2) return decode_launch<D, 2>(st, a, pro, rule, n_splits, ws);
+    if (G <= 4) return decode_launch<D, 4>(st, a, pro, rule, n_splits, ws);
+    if (G <= 8) return decode_launch<D, 8>(st, a, pro, rule, n_splits, ws);
+    if (D <= 128 && G <= 16)
+        return decode_launch<D, D <= 128 ? 16 : 8>(st, a, pro, rule, n_splits, ws);
     return cudaErrorInvalidValue;
 }
 
-extern "C" cudaError_t tk_attn_decode(cudaStream_t st, const struct tk_attn_args *a, int min_len,
-                                      int max_len, int n_target, int n_splits, float *ws)
+extern "C" cudaError_t tk_attn_decode(cudaStream_t st, const struct tk_attn_args *a,
+                                      const struct tk_qkr_args *pro, int min_len, int max_len,
+                                      int n_target, int n_splits, float *ws)
 {
     if (a->n_seqs <= 0 || n_splits <= 0) return cudaSuccess;
     if (min_len < 1 || max_len < 1 || n_target < 1 ||
-        (int64_t)a->n_seqs * a->n_kv_heads > DEC_CNT)
+        (int64_t)a->n_seqs * a->n_kv_heads > DEC_CNT ||
+        (pro && (pro->rotary_dim < 2 || pro->rotary_dim % 2 || pro->rotary_dim > a->head_dim)))
         return cudaErrorInvalidValue;
     struct dec_rule rule = {min_len, max_len, n_target};
     switch (a->head_dim) {
-    case 64: return decode_d<64>(st, a, rule, n_splits, ws);
-    case 128: return decode_d<128>(st, a, rule, n_splits, ws);
-    case 256: return decode_d<256>(st, a, rule, n_splits, ws);
+    case 64: return decode_d<64>(st, a, pro, rule, n_splits, ws);
+    case 128: return decode_d<128>(st, a, pro, rule, n_splits, ws);
+    case 256: return decode_d<256>(st, a, pro, rule, n_splits, ws);
     default: return cudaErrorInvalidValue;
     }
 }

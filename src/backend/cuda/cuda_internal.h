@@ -139,12 +139,13 @@ enum tern_status tern_cuda_attention(struct tern_backend *be, const struct tern_
 enum tern_status tern_cuda_kv_store(struct tern_backend *be, const struct tern_dtensor *qkv,
                                     int64_t k_col, int64_t v_col,
                                     const struct tern_batch_dev *batch, struct tern_kv_layer *kv);
-/* Whether a fused op ("qkr": qk_rope_store, "glu": matmul_glu, "arn":
- * matmul_add_rmsnorm, "nmm": norm_matmul and the add-only matmul_add_rmsnorm
- * epilogue) uses its fused kernel, for comparisons:
+/* Whether a fused op ("qkr": qk_rope_store, "qka": qk_rope_store_attention,
+ * "glu": matmul_glu, "arn": matmul_add_rmsnorm, "nmm": norm_matmul and the
+ * add-only matmul_add_rmsnorm epilogue) uses its fused kernel, for
+ * comparisons:
  * TERN_CUDA_FUSE_OPS unset = all, "0" = none (the ops issue the unfused
- * sequence), else only those it names. ("arn" with a norm and "nmm" are
- * off unless named: cuda_matmul.c, cuda.c.) */
+ * sequence), else only those it names. ("arn" with a norm, "nmm" and
+ * "qka" are off unless named: cuda_matmul.c, cuda.c, cuda_attn.c.) */
 static inline bool tern_cuda_fuse_ops(const char *which)
 {
     const char *e = getenv("TERN_CUDA_FUSE_OPS");
@@ -157,6 +158,11 @@ enum tern_status tern_cuda_qk_rope_store(struct tern_backend *be, struct tern_dt
                                          const struct tern_attn_params *p,
                                          const struct tern_batch_dev *batch,
                                          struct tern_kv_layer *kv);
+enum tern_status tern_cuda_qk_rope_store_attention(
+    struct tern_backend *be, struct tern_dtensor *qkv, const struct tern_dtensor *q_norm,
+    const struct tern_dtensor *k_norm, float eps, const struct tern_rope *rope,
+    const struct tern_attn_params *p, const struct tern_batch_dev *batch,
+    struct tern_kv_layer *kv, struct tern_dtensor *out);
 enum tern_status tern_cuda_matmul_glu(struct tern_backend *be, const struct tern_dtensor *x,
                                       const struct tern_linear *w, struct tern_dtensor *gate_up,
                                       struct tern_dtensor *act);
