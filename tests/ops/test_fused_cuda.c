@@ -59,17 +59,6 @@ static struct tern_dtensor mk(struct tern_backend *be, enum tern_dtype dt, int n
     return t;
 }
 
-static float *get(struct tern_backend *be, const struct tern_dtensor *t)
-{
-    size_t n = tern_dtensor_numel(t), es = tern_dtype_size(t->dtype);
-    void *b = tern_malloc(n * es + 1);
-    float *f = tern_malloc(n * sizeof *f + 1);
-    tu_ok(be->ops->download(be, b, t, n * es));
-    tern_to_f32(t->dtype, b, f, n);
-    tern_free(b);
-    return f;
-}
-
 struct acase {
     int64_t T, in, dim;
     bool bias, norm;
@@ -119,7 +108,7 @@ static struct outs run(struct tern_backend *be, const struct acase *c, enum mode
         }
     }
     tu_ok(be->ops->sync(be));
-    struct outs o = {get(be, &rt), get(be, &ht)};
+    struct outs o = {tu_download_f32(be, &rt), tu_download_f32(be, &ht)};
     if (g) be->ops->graph_free(be, g);
     struct tern_dtensor *fr[6] = {&l.weight, &l.bias, &xt, &rt, &pt, &ht};
     for (int k = 0; k < 6; k++) tern_dtensor_free(be, fr[k]);
@@ -238,25 +227,14 @@ static int group_setup(void **state)
     rng = tu_seed();
     /* the dense GEMV's epilogue is opt-in (cuda_matmul.c): test it */
     setenv("TERN_CUDA_FUSE_OPS", "qkr,glu,arn", 0);
-    struct tern_backend_params p = {.device = TERN_DEVICE_CPU};
-    tu_ok(tern_backend_create(&p, &cpu));
-    if (!tern_backend_cuda_available()) {
-        printf("skipped: no CUDA device\n");
-        return 0;
-    }
-    p.device = TERN_DEVICE_CUDA;
-    tu_ok(tern_backend_create(&p, &gpu));
-    p.deterministic = true;
-    tu_ok(tern_backend_create(&p, &gpu_det));
+    tu_backends_create(&cpu, &gpu, &gpu_det);
     return 0;
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    if (gpu_det) tern_backend_destroy(gpu_det);
-    if (gpu) tern_backend_destroy(gpu);
-    tern_backend_destroy(cpu);
+    tu_backends_destroy(cpu, gpu, gpu_det);
     return 0;
 }
 
