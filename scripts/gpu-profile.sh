@@ -30,7 +30,7 @@ if [ "${PROFILE_PROBE:-1}" = 1 ] && [ -f "${TERN_GPU_CARRY:-.gpu-carry/quant}/qu
   timeout 120 "$C/quant_probe" | tee "$OUT/quant_probe.log"
 fi
 export TERN_TEST_FIXTURES=$PWD/tests/fixtures
-for t in ${PROFILE_TESTS:-test_ops_cuda}; do
+for t in ${PROFILE_TESTS-test_ops_cuda}; do # PROFILE_TESTS="" runs none
   cr timeout 90 $C/$t >"$OUT/$t.log" 2>&1; echo "$t rc=$?"
   grep -E "PASSED|FAILED|differ" "$OUT/$t.log" | tail -4
 done
