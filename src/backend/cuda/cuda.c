@@ -549,9 +549,8 @@ enum tern_status tern_backend_cuda_create(const struct tern_backend_params *para
      * decode slower (323 vs 365 tok/s: every block of a many-wave GEMV
      * repeats the norm; docs/perf/quant.md), and without the op the forward
      * keeps its add_rmsnorm flow. */
-    const char *fo = getenv("TERN_CUDA_FUSE_OPS");
     c->ops = cuda_ops;
-    if (!fo || !strstr(fo, "nmm")) c->ops.norm_matmul = NULL;
+    if (!tern_cuda_fuse_named("nmm")) c->ops.norm_matmul = NULL;
     c->base.ops = &c->ops;
     c->base.device = TERN_DEVICE_CUDA;
     c->base.act_dtype = TERN_DTYPE_BF16;

@@ -300,15 +300,9 @@ static bool decode_only(const struct tern_batch *h, int64_t T)
  * On the H200 (docs/perf/cuda-model.md, run 16) one launch per layer
  * instead of two was no faster at batch 1 (4-bit 8B: 377.5 / 378.9 tok/s
  * vs 379.5 / 380.6 without). */
-static bool qka_on(void)
-{
-    const char *e = getenv("TERN_CUDA_FUSE_OPS");
-    return e && strstr(e, "qka") != NULL;
-}
-
 /* The decode kernel with the prologue folded in (tk_attn_decode with a
  * tk_qkr_args) for a decode-only batch it takes (qkr_fits, attn_fast's
- * decode shapes, BF16) when qka_on; otherwise qk_rope_store, then
+ * decode shapes, BF16) when TERN_CUDA_FUSE_OPS names "qka"; otherwise qk_rope_store, then
  * attention. Either way the same bits in out and the caches
  * (test_attn_fused_cuda); the fused kernel leaves qkv as it was, the
  * fallback rotates its q and k heads in place. */
@@ -319,7 +313,7 @@ enum tern_status tern_cuda_qk_rope_store_attention(
     struct tern_kv_layer *kv, struct tern_dtensor *out)
 {
     int64_t T = qkv->shape[0];
-    bool fused = T > 0 && qka_on() && decode_only(batch->host, T) &&
+    bool fused = T > 0 && tern_cuda_fuse_named("qka") && decode_only(batch->host, T) &&
                  qkv->dtype == TERN_DTYPE_BF16 && qkr_fits(qkv, q_norm, k_norm, rope, p, batch, kv);
     if (fused) {
         TERN_TRY(attn_check(qkv, kv, batch, p, out));

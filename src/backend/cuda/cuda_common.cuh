@@ -69,6 +69,27 @@ static __device__ __forceinline__ float tk_block_sum(float v, float *red)
     return tk_warp_sum(s);
 }
 
+/* out[i] = rmsnorm(x)[i] * w[i] for one row of dim values, by the whole
+ * block: thread v sums x[i]^2 over i = v, v + blockDim.x, ... with fma,
+ * tk_block_sum, rsqrtf(ss / dim + eps), x * inv * w rounded to TO. The
+ * order k_rmsnorm_block / k_add_rmsnorm sum in with 256 threads; red: 32
+ * floats of shared memory. */
+template <typename T, typename TO>
+static __device__ __forceinline__ void tk_rmsnorm_row(const T *xr, TO *orow, int64_t dim,
+                                                      const void *w, int wdt, float eps,
+                                                      float *red)
+{
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = tk_f(xr[i]);
+        ss = __fmaf_rn(v, v, ss);
+    }
+    ss = tk_block_sum(ss, red);
+    float inv = rsqrtf(ss / (float)dim + eps);
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+        orow[i] = tk_from<TO>(tk_f(xr[i]) * inv * tk_ld(w, wdt, i));
+}
+
 /* ---- programmatic dependent launch (Hopper) ----
  *
  * A kernel launched by tk_launch may start while the kernel before it on

@@ -151,6 +151,13 @@ static inline bool tern_cuda_fuse_ops(const char *which)
     const char *e = getenv("TERN_CUDA_FUSE_OPS");
     return !e || strstr(e, which) != NULL;
 }
+/* The opt-in fused ops ("arn" with a norm, "qka", "nmm"): only when
+ * TERN_CUDA_FUSE_OPS names them. */
+static inline bool tern_cuda_fuse_named(const char *which)
+{
+    const char *e = getenv("TERN_CUDA_FUSE_OPS");
+    return e && strstr(e, which) != NULL;
+}
 enum tern_status tern_cuda_qk_rope_store(struct tern_backend *be, struct tern_dtensor *qkv,
                                          const struct tern_dtensor *q_norm,
                                          const struct tern_dtensor *k_norm, float eps,

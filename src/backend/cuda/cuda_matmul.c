@@ -341,9 +341,7 @@ static bool arn_operands_ok(struct tern_backend *be, const struct tern_dtensor *
                              h->dtype == TERN_DTYPE_BF16 &&
                              (norm_w->dtype == TERN_DTYPE_F32 || norm_w->dtype == TERN_DTYPE_F16 ||
                               norm_w->dtype == TERN_DTYPE_BF16)));
-    const char *on = getenv("TERN_CUDA_FUSE_OPS");
-    bool want = on && strstr(on, norm_w ? "arn" : "nmm");
-    return want && !be->deterministic && rows &&
+    return tern_cuda_fuse_named(norm_w ? "arn" : "nmm") && !be->deterministic && rows &&
            res->dtype == TERN_DTYPE_F32 && proj->dtype == TERN_DTYPE_BF16 &&
            x->dtype == TERN_DTYPE_BF16;
 }

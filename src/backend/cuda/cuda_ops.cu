@@ -138,14 +138,7 @@ static __global__ void k_rmsnorm_block(const T *x, int64_t xs, TO *out, int64_t 
     }
     tk_pdl_wait();
     tk_pdl_launch();
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-        float v = tk_f(xr[i]);
-        ss = __fmaf_rn(v, v, ss);
-    }
-    ss = tk_block_sum(ss, red);
-    float inv = rsqrtf(ss / (float)dim + eps);
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
-        orow[i] = tk_from<TO>(tk_f(xr[i]) * inv * tk_ld(w, wdt, i));
+    tk_rmsnorm_row(xr, orow, dim, w, wdt, eps, red);
 }
 
 template <typename T, typename TO>

@@ -209,27 +209,16 @@ static __device__ __forceinline__ void stage_compute(const unsigned char *slot, 
 }
 
 /* NP: x[t, :] = bf16(rmsnorm(res[t, :]) * norm_w) for the launch's tokens
- * into shared memory (row stride xhs), as k_rmsnorm_block (cuda_ops.cu)
- * computes it with its 256 threads: thread v sums i = v, v + 256, ... with
- * fma, tk_block_sum, rsqrtf(ss / dim + eps), a * inv * w rounded to BF16. */
+ * into shared memory (row stride xhs), by tk_rmsnorm_row as k_rmsnorm_block
+ * (cuda_ops.cu) computes it: a 256-thread block, the same sums in the same
+ * order. */
 static __device__ __forceinline__ void qm_norm_prologue(const tk_np &np, int n_tok, int dim,
                                                         bf16 *xh, int xhs)
 {
     __shared__ float nred[32];
-    for (int tok = 0; tok < n_tok; tok++) {
-        const float *r = np.res + tok * np.res_stride;
-        float ss = 0.0f;
-#pragma unroll 8
-        for (int i = threadIdx.x; i < dim; i += QM_WARPS * 32) {
-            float v = r[i];
-            ss = __fmaf_rn(v, v, ss);
-        }
-        ss = tk_block_sum(ss, nred);
-        float inv = rsqrtf(ss / (float)dim + np.eps);
-#pragma unroll 8
-        for (int i = threadIdx.x; i < dim; i += QM_WARPS * 32)
-            xh[tok * xhs + i] = __float2bfloat16(r[i] * inv * tk_ld(np.norm_w, np.wdt, i));
-    }
+    for (int tok = 0; tok < n_tok; tok++)
+        tk_rmsnorm_row(np.res + tok * np.res_stride, xh + tok * xhs, dim, np.norm_w, np.wdt,
+                       np.eps, nred);
     __syncthreads();
 }
 
