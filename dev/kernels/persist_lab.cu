@@ -36,7 +36,7 @@
  * spent). Shared helpers: lab_common.cuh, q8_common.cuh.
  * Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I src \
  *          dev/kernels/persist_lab.cu -o persist_lab
- * Run:   ./persist_lab [layers (default 32)]
+ * Run:   ./persist_lab [layers (default 32)] [config index: one launch only, for ncu]
  */
 #include "backend/cuda/cuda_qmma.cuh"
 #include "lab_common.cuh"
@@ -168,6 +168,16 @@ static __global__ void __launch_bounds__((NC + 1) * 32, 1)
 
 /* ---------------------------------------------------------------- v2: per-warp rings */
 
+/* Block 0's clock when each op starts (after its barrier), and at the end. */
+static __device__ unsigned long long g_tstamp[260];
+
+static __device__ __forceinline__ unsigned long long globaltimer(void)
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+    return t;
+}
+
 /* q8_group with the group's sum of x given (Xg: one float per 64-k group,
  * the same for every row) instead of a second MMA with A = 1 per k-step. */
 static __device__ __forceinline__ void q8_group_xs(const uint4 w, const uint4 xa, const uint4 xb,
@@ -220,7 +230,7 @@ struct cursor {
     int64_t m;
 };
 
-template <int S, int C, int NW, bool COMPUTE, bool IL, bool XS>
+template <int S, int C, int NW, bool COMPUTE, bool IL, bool XS, bool ILP>
 static __global__ void __launch_bounds__(NW * 32, 1)
     k_persist2(const op_desc *ops, int n_ops, const bf16 *xsrc, unsigned *ctr, float *sink,
                uint4 kc)
@@ -261,6 +271,7 @@ static __global__ void __launch_bounds__(NW * 32, 1)
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int op = 0; op < n_ops; op++) {
         if (op > 0) grid_barrier(ctr, (unsigned)op * gridDim.x, NW * 32);
+        if (blockIdx.x == 0 && threadIdx.x == 0) g_tstamp[op] = globaltimer();
         int in = ops[op].in, nG = ops[op].nG;
         for (int i = threadIdx.x; i < in / 8; i += NW * 32)
             ((uint4 *)xs)[i] = __ldcg((const uint4 *)xsrc + i);
@@ -280,7 +291,28 @@ static __global__ void __launch_bounds__(NW * 32, 1)
             int st = (int)(used % S);
             q8_wait(full0 + 8 * st, (uint32_t)(used / S) & 1u);
             const uint4 *sp = ring + st * C * REC;
-            if (COMPUTE) {
+            if (COMPUTE && ILP && ng == C) { /* a full chunk: loads first, 4 records at a time */
+                int G = (int)((uint32_t)r % (uint32_t)nG);
+#pragma unroll
+                for (int j0 = 0; j0 < C; j0 += 4) {
+                    uint4 w[4], xa[4], xb[4];
+                    uint2 sb[4];
+                    float xsg[4];
+#pragma unroll
+                    for (int j = 0; j < 4; j++, G = G + 1 == nG ? 0 : G + 1) {
+                        w[j] = sp[(j0 + j) * REC + lane];
+                        sb[j] = ((const uint2 *)(sp + (j0 + j) * REC + 32))[g];
+                        const uint4 *xp = (const uint4 *)(xs + 64 * G + 16 * t);
+                        xa[j] = xp[0], xb[j] = xp[1];
+                        xsg[j] = XS ? xsum[G] : 0.0f;
+                    }
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        if (XS) q8_group_xs(w[j], xa[j], xb[j], sb[j], xsg[j], kc, acc);
+                        else q8_group<false>(w[j], xa[j], xb[j], sb[j], kc, acc);
+                    }
+                }
+            } else if (COMPUTE) {
                 int G = (int)((uint32_t)r % (uint32_t)nG); /* one 32-bit division per chunk */
 #pragma unroll
                 for (int j = 0; j < C; j++, G = G + 1 == nG ? 0 : G + 1) {
@@ -301,6 +333,8 @@ static __global__ void __launch_bounds__(NW * 32, 1)
         sink[((size_t)op * gridDim.x + blockIdx.x) * NW * 32 + threadIdx.x] =
             acc[0] + acc[1] + acc[2] + acc[3];
     }
+    if (n_ops > 1) grid_barrier(ctr, (unsigned)n_ops * gridDim.x, NW * 32);
+    if (blockIdx.x == 0 && threadIdx.x == 0) g_tstamp[n_ops] = globaltimer();
 }
 
 /* ---------------------------------------------------------------- host */
@@ -312,21 +346,21 @@ struct config {
     size_t smem;
 };
 
-template <int S, int C, int NW, bool COMPUTE, bool IL, bool XS>
+template <int S, int C, int NW, bool COMPUTE, bool IL, bool XS, bool ILP>
 static void attr2_of(size_t smem)
 {
-    CK(cudaFuncSetAttribute(k_persist2<S, C, NW, COMPUTE, IL, XS>,
+    CK(cudaFuncSetAttribute(k_persist2<S, C, NW, COMPUTE, IL, XS, ILP>,
                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 }
 
-template <int S, int C, int NW, bool COMPUTE, bool IL, bool XS>
+template <int S, int C, int NW, bool COMPUTE, bool IL, bool XS, bool ILP>
 static cudaError_t launch2_of(const op_desc *ops, int n_ops, const bf16 *x, unsigned *ctr,
                               float *sink, int blocks, size_t smem)
 {
     uint4 kc = KC;
     void *args[] = {(void *)&ops, (void *)&n_ops, (void *)&x, (void *)&ctr, (void *)&sink,
                     (void *)&kc};
-    return cudaLaunchCooperativeKernel((const void *)k_persist2<S, C, NW, COMPUTE, IL, XS>,
+    return cudaLaunchCooperativeKernel((const void *)k_persist2<S, C, NW, COMPUTE, IL, XS, ILP>,
                                        dim3(blocks), dim3(NW * 32), args, smem, 0);
 }
 
@@ -351,19 +385,20 @@ static cudaError_t launch_of(const op_desc *ops, int n_ops, const bf16 *x, unsig
 #define CFG(S, C, NC, CO)                                                                          \
     {"S" #S " C" #C " NC" #NC " compute " #CO, attr_of<S, C, NC, CO>, launch_of<S, C, NC, CO>,      \
      (size_t)S * C * REC * 16 + MAXK * 2}
-#define CFG2(S, C, NW, CO, IL, XS)                                                                 \
-    {"v2 S" #S " C" #C " NW" #NW " co" #CO " il" #IL " xs" #XS, attr2_of<S, C, NW, CO, IL, XS>,    \
-     launch2_of<S, C, NW, CO, IL, XS>, (size_t)NW * S * C * REC * 16 + MAXK * 2}
+#define CFG3(S, C, NW, CO, IL, XS, ILP)                                                            \
+    {"v2 S" #S " C" #C " NW" #NW " co" #CO " il" #IL " xs" #XS " ilp" #ILP,                        \
+     attr2_of<S, C, NW, CO, IL, XS, ILP>, launch2_of<S, C, NW, CO, IL, XS, ILP>,                   \
+     (size_t)NW * S * C * REC * 16 + MAXK * 2}
+#define CFG2(S, C, NW, CO, IL, XS) CFG3(S, C, NW, CO, IL, XS, false)
 static const config CFGS[] = {
-    /* run 1 (2026-11-30): the producer-warp ring streamed at <= 49% of the
-     * copy rate even without arithmetic; kept as the baseline */
-    CFG(32, 8, 16, true),
-    CFG2(4, 4, 16, false, true, false), CFG2(2, 4, 32, false, true, false),
-    CFG2(4, 4, 16, true, true, false),  CFG2(2, 8, 16, true, true, false),
-    CFG2(4, 4, 16, true, true, true),   CFG2(2, 8, 16, true, true, true),
-    CFG2(2, 4, 32, true, true, true),   CFG2(4, 2, 32, true, true, true),
-    CFG2(3, 4, 24, true, true, true),   CFG2(4, 8, 8, true, true, true),
-    CFG2(8, 2, 16, true, true, true),   CFG2(2, 4, 32, true, true, false),
+    /* runs 1-3 (2026-11-30, docs/perf/quant.md): the producer-warp ring
+     * (CFG) streams at <= 49% of the copy rate even without arithmetic;
+     * per-warp rings with interleaved chunks 82% without, 63-65% with it */
+    CFG2(4, 4, 16, false, true, false), CFG2(2, 8, 16, true, true, false),
+    CFG3(2, 8, 16, true, true, false, true), CFG3(4, 4, 16, true, true, false, true),
+    CFG3(2, 8, 16, true, true, true, true),  CFG3(4, 4, 16, true, true, true, true),
+    CFG3(2, 4, 32, true, true, true, true),  CFG3(3, 4, 24, true, true, true, true),
+    CFG3(2, 8, 12, true, true, true, true),  CFG3(4, 8, 8, true, true, true, true),
 };
 
 int main(int argc, char **argv)
@@ -419,6 +454,30 @@ int main(int argc, char **argv)
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
+    if (argc > 2) { /* --ncu: one launch of config argv[2], for the profiler */
+        const config &cf = CFGS[atoi(argv[2])];
+        cf.attr(cf.smem);
+        CK(cudaMemset(ctr, 0, 4));
+        CK(cf.launch(ops, n_ops, x, ctr, sink, sms, cf.smem));
+        CK(cudaDeviceSynchronize());
+        printf("one launch of %s\n", cf.name);
+        unsigned long long ts[260];
+        CK(cudaMemcpyFromSymbol(ts, g_tstamp, sizeof ts));
+        const char *kind[5] = {"qkv", "o", "gate_up", "down", "lm_head"};
+        double sum[5] = {0}, ideal[5] = {0};
+        int cnt[5] = {0};
+        for (int o = 0; o < n_ops; o++) {
+            int k = o == n_ops - 1 ? 4 : o % 4;
+            sum[k] += (ts[o + 1] - ts[o]) / 1e3, cnt[k]++;
+            ideal[k] = host[o].R * REC * 16.0 / copy / 1e3;
+        }
+        printf("%-8s %10s %10s %8s\n", "op", "us each", "copy us", "%copy");
+        for (int k = 0; k < 5; k++)
+            printf("%-8s %10.2f %10.2f %7.1f%%\n", kind[k], sum[k] / cnt[k], ideal[k],
+                   100.0 * ideal[k] / (sum[k] / cnt[k]));
+        printf("total %.1f us\n", (ts[n_ops] - ts[0]) / 1e3);
+        return 0;
+    }
     for (const config &cf : CFGS) {
         cf.attr(cf.smem);
         double us[2];

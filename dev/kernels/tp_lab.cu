@@ -1,0 +1,270 @@
+/*
+ * tp_lab.cu — kernel lab for issue 7: v3 (k_qgemv_mma, cuda_quant_mma.cu)
+ * with TP 16-row tiles per warp sharing one set of activation registers.
+ *
+ * Why: ncu (docs/perf/quant.md, 2026-11-30) has the 4-bit GEMVs bound by
+ * the ALU pipe (LOP3 / SHF / PRMT). Per packed word and lane v3 spends 3
+ * SHF + 4 LOP3 on the weights, 4 PRMT on the activations (bregs) and two
+ * MMAs summing x over the group (A = 1); the PRMTs and the x-sum MMAs
+ * depend only on x, so a warp that takes TP tiles pays them once for all
+ * TP: ALU operations per weight 11 -> 9 at TP = 2, MMAs 4 -> 3 per word
+ * pair. Each tile's rows see exactly v3's operations in v3's order (same
+ * B registers, same x sums, same fold), so the outputs must be BITWISE
+ * v3's, and the choice can depend on the weight's shape alone.
+ *
+ * The cost: a ring stage holds TP tiles, so at the same shared memory
+ * fewer stages are in flight (NS), and a shape has 1/TP as many warps.
+ *
+ * Printed per Llama-3.1-8B shape (4-bit g64 bf16 scales, T = 1): us of v3
+ * and of each (TP, NS), checked bitwise against v3 at T = 1 and 8.
+ * Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I src \
+ *          dev/kernels/tp_lab.cu -o tp_lab
+ */
+#include "backend/cuda/cuda_quant_mma.cu"
+#include "lab_common.cuh"
+
+typedef qm_cfg<4, 64> TC;
+
+template <int TP>
+static __device__ __forceinline__ void tp_compute(const unsigned char *slot, const bf16 *xl,
+                                                  bool has_x, int step, int g, int t,
+                                                  float (*acc)[4])
+{
+    const uint32_t one = 0x3F803F80u;
+    uint32_t sv[TP][2][2], bv[TP][2][2];
+#pragma unroll
+    for (int p = 0; p < TP; p++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            lds<2>(slot + p * TC::STAGE + 16 * TC::RS + (g + 8 * r) * TC::SB, sv[p][r]);
+            lds<2>(slot + p * TC::STAGE + 16 * TC::RS + (16 + g + 8 * r) * TC::SB, bv[p][r]);
+        }
+#pragma unroll
+    for (int G = 0; G < TC::SG; G++) {
+        uint32_t wa[TP][TC::PW], wb[TP][TC::PW];
+#pragma unroll
+        for (int p = 0; p < TP; p++) {
+            lds<TC::PW>(slot + p * TC::STAGE + g * TC::RS + G * 16 * TC::PW + t * 4 * TC::PW, wa[p]);
+            lds<TC::PW>(slot + p * TC::STAGE + (g + 8) * TC::RS + G * 16 * TC::PW + t * 4 * TC::PW,
+                        wb[p]);
+        }
+        float cg[TP][4], xg[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int p = 0; p < TP; p++) cg[p][0] = cg[p][1] = cg[p][2] = cg[p][3] = 0.0f;
+        const bf16 *xp = xl + (step * TC::SG + G) * 64;
+#pragma unroll
+        for (int j = 0; j < TC::PW; j++) {
+            uint32_t b[4];
+            bregs<4, false>(xp + j * 8, has_x, b);
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+#pragma unroll
+                for (int p = 0; p < TP; p++)
+                    tk_mma_bf16(cg[p], tk_q4_pair(wa[p][j], 2 * m), tk_q4_pair(wb[p][j], 2 * m),
+                                tk_q4_pair(wa[p][j], 2 * m + 1), tk_q4_pair(wb[p][j], 2 * m + 1),
+                                b[2 * m], b[2 * m + 1]);
+                tk_mma_bf16(xg, one, one, one, one, b[2 * m], b[2 * m + 1]);
+            }
+        }
+#pragma unroll
+        for (int p = 0; p < TP; p++) {
+            float s0 = tk_half_of<TK_BF16>(sv[p][0][G / 2], G & 1);
+            float s1 = tk_half_of<TK_BF16>(sv[p][1][G / 2], G & 1);
+            float o0 = fmaf(-128.0f, s0, tk_half_of<TK_BF16>(bv[p][0][G / 2], G & 1));
+            float o1 = fmaf(-128.0f, s1, tk_half_of<TK_BF16>(bv[p][1][G / 2], G & 1));
+            acc[p][0] = fmaf(o0, xg[0], fmaf(s0, cg[p][0], acc[p][0]));
+            acc[p][1] = fmaf(o0, xg[1], fmaf(s0, cg[p][1], acc[p][1]));
+            acc[p][2] = fmaf(o1, xg[2], fmaf(s1, cg[p][2], acc[p][2]));
+            acc[p][3] = fmaf(o1, xg[3], fmaf(s1, cg[p][3], acc[p][3]));
+        }
+    }
+}
+
+/* v3's plain kernel (4-bit g64, F32 out, no bias) with TP tiles per warp
+ * and NS ring stages of TP tiles each. */
+template <int TP, int NS>
+static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
+    k_tp(const bf16 *__restrict__ x, int xs, int n_tok, const uint32_t *__restrict__ q,
+         const uint16_t *__restrict__ sc, const uint16_t *__restrict__ bi, float *y, int ys, int in,
+         int out, int wsplit)
+{
+    extern __shared__ __align__(16) unsigned char tp_ring[];
+    __shared__ float red[QM_WARPS][32][4];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    int ks = warp % wsplit;
+    int tb = (blockIdx.x * (QM_WARPS / wsplit) + warp / wsplit) * TP;
+    int words_row = in / 32 * 4, groups_row = in / 64, n_steps = in / TC::SK;
+    int qoff[TP][TC::CH];
+    const uint16_t *sbr[TP];
+#pragma unroll
+    for (int p = 0; p < TP; p++) {
+        int row0 = (tb + p) * 16;
+#pragma unroll
+        for (int i = 0; i < TC::CH; i++) {
+            int row = row0 + (lane + 32 * i) / (TC::RB / 16);
+            qoff[p][i] = (row < out ? row : out - 1) * words_row;
+        }
+        int srow = min(row0 + (lane & 15), out - 1);
+        sbr[p] = (lane < 16 ? sc : bi) + (size_t)srow * groups_row;
+    }
+    bool has_x = g < n_tok;
+    const bf16 *xl = x + (size_t)(has_x ? g : 0) * xs + t * 16;
+    float acc[TP][4];
+#pragma unroll
+    for (int p = 0; p < TP; p++) acc[p][0] = acc[p][1] = acc[p][2] = acc[p][3] = 0.0f;
+    int n_mine = tb * 16 < out && ks < n_steps ? (n_steps - 1 - ks) / wsplit + 1 : 0;
+    unsigned char *ring = tp_ring + warp * (NS * TP * TC::STAGE);
+#pragma unroll
+    for (int i = 0; i < NS - 1; i++) {
+        if (i < n_mine)
+#pragma unroll
+            for (int p = 0; p < TP; p++)
+                stage_issue<4, 64>(ring + (i * TP + p) * TC::STAGE, q, qoff[p], sbr[p], lane,
+                                   ks + i * wsplit);
+        cp_commit();
+    }
+    tk_pdl_wait();
+    tk_pdl_launch();
+    int slot_c = 0, slot_i = NS - 1;
+    for (int n = 0; n < n_mine; n++) {
+        if (n + NS - 1 < n_mine)
+#pragma unroll
+            for (int p = 0; p < TP; p++)
+                stage_issue<4, 64>(ring + (slot_i * TP + p) * TC::STAGE, q, qoff[p], sbr[p], lane,
+                                   ks + (n + NS - 1) * wsplit);
+        cp_commit();
+        cp_wait<NS - 1>();
+        __syncwarp();
+        tp_compute<TP>(ring + slot_c * TP * TC::STAGE, xl, has_x, ks + n * wsplit, g, t, acc);
+        __syncwarp();
+        slot_c = slot_c + 1 == NS ? 0 : slot_c + 1;
+        slot_i = slot_i + 1 == NS ? 0 : slot_i + 1;
+    }
+    cp_wait<0>();
+#pragma unroll
+    for (int p = 0; p < TP; p++) {
+        float a[4] = {acc[p][0], acc[p][1], acc[p][2], acc[p][3]};
+        if (wsplit > 1) {
+            __syncthreads();
+#pragma unroll
+            for (int i = 0; i < 4; i++) red[warp][lane][i] = a[i];
+            __syncthreads();
+            if (ks == 0)
+                for (int w = 1; w < wsplit; w++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) a[i] += red[warp + w][lane][i];
+        }
+        int row0 = (tb + p) * 16;
+        if (ks == 0 && row0 < out)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int row = row0 + g + (i >> 1) * 8, tok = 2 * t + (i & 1);
+                if (row < out && tok < n_tok) y[(size_t)tok * ys + row] = a[i];
+            }
+    }
+}
+
+struct tcfg {
+    const char *name;
+    int tp, ns;
+    void (*launch)(const tk_qmat &, const bf16 *, int, float *, int, int, int);
+};
+
+template <int TP, int NS>
+static void tp_launch(const tk_qmat &m, const bf16 *x, int n_tok, float *y, int in, int out,
+                      int wsplit)
+{
+    size_t smem = (size_t)QM_WARPS * NS * TP * TC::STAGE;
+    static bool attr;
+    if (!attr) {
+        CK(cudaFuncSetAttribute(k_tp<TP, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        attr = true;
+    }
+    unsigned blocks = (unsigned)tk_cdiv(tk_cdiv(tk_cdiv(out, 16), TP), QM_WARPS / wsplit);
+    k_tp<TP, NS><<<blocks, QM_WARPS * 32, smem>>>(x, in, n_tok, (const uint32_t *)m.q,
+                                                  (const uint16_t *)m.scales,
+                                                  (const uint16_t *)m.biases, y, out, in, out,
+                                                  wsplit);
+}
+
+static const tcfg CFGS[] = {
+    {"tp1 ns4 (v3)", 1, 4, tp_launch<1, 4>}, {"tp2 ns2", 2, 2, tp_launch<2, 2>},
+    {"tp2 ns3", 2, 3, tp_launch<2, 3>},      {"tp2 ns4", 2, 4, tp_launch<2, 4>},
+    {"tp4 ns2", 4, 2, tp_launch<4, 2>},
+};
+
+int main()
+{
+    double copy = copy_rate();
+    printf("copy (read + write) %.0f GB/s\n", copy);
+    struct { const char *name; int out, in, mult; } shapes[] = {
+        {"qkv", 6144, 4096, 32}, {"o", 4096, 4096, 32}, {"gate_up", 28672, 4096, 32},
+        {"down", 4096, 14336, 32}, {"lm_head", 128256, 4096, 1}};
+    const int NCF = (int)(sizeof CFGS / sizeof CFGS[0]);
+    bf16 *x;
+    float *y, *yr;
+    CK(cudaMalloc(&x, (size_t)8 * 14336 * 2));
+    CK(cudaMalloc(&y, (size_t)8 * 128256 * 4));
+    CK(cudaMalloc(&yr, (size_t)8 * 128256 * 4));
+    fill(x, (size_t)8 * 14336 * 2, 7, 0x807F807Fu, 0x3F003F00u);
+    int bad = 0;
+    double sum_v3 = 0, sum_best = 0;
+    std::vector<double> tot(NCF, 0);
+    printf("%-8s %-14s %9s %7s %6s %5s\n", "shape", "kernel", "us", "GB/s", "%copy", "W");
+    for (auto &sh : shapes) {
+        size_t qb = (size_t)sh.out * sh.in / 2, sbb = (size_t)sh.out * (sh.in / 64) * 2;
+        size_t bytes = qb + 2 * sbb;
+        int nc = (int)std::max<size_t>(2, (400ull << 20) / bytes + 1);
+        std::vector<tk_qmat> ms;
+        for (int c = 0; c < nc; c++) {
+            void *q, *s, *b;
+            CK(cudaMalloc(&q, qb));
+            CK(cudaMalloc(&s, sbb));
+            CK(cudaMalloc(&b, sbb));
+            fill(q, qb, 11 + c, 0xffffffffu, 0);
+            fill(s, sbb, 101 + c, 0x007F007Fu, 0x3C003C00u);
+            fill(b, sbb, 201 + c, 0x807F807Fu, 0x3D803D80u);
+            ms.push_back({q, s, b, TK_BF16, 4, 64});
+        }
+        int W = tk_qgemv_mma_split(4, 64, sh.in, sh.out);
+        for (int nt : {1, 8}) { /* bitwise against v3 */
+            CK(tk_qgemv_mma(0, &ms[0], x, sh.in, NULL, 0, yr, TK_F32, sh.out, nt, sh.in, sh.out));
+            std::vector<float> ref = get(yr, (size_t)nt * sh.out);
+            for (const tcfg &c : CFGS) {
+                CK(cudaMemset(y, 0xff, (size_t)nt * sh.out * 4));
+                c.launch(ms[0], x, nt, y, sh.in, sh.out, W);
+                CK(cudaDeviceSynchronize());
+                std::vector<float> a = get(y, (size_t)nt * sh.out);
+                if (memcmp(a.data(), ref.data(), a.size() * 4)) {
+                    printf("%s %s T=%d: NOT bitwise v3 (rel %.2e)\n", sh.name, c.name, nt, rel(a, ref));
+                    bad++;
+                }
+            }
+        }
+        double t3 = time_us(nc, [&](int c) {
+            CK(tk_qgemv_mma(0, &ms[c], x, sh.in, NULL, 0, y, TK_F32, sh.out, 1, sh.in, sh.out));
+        });
+        printf("%-8s %-14s %9.2f %7.0f %5.1f%% %5d\n", sh.name, "v3 (library)", t3, bytes / t3 / 1e3,
+               100.0 * bytes / t3 / 1e3 / copy, W);
+        double best = t3;
+        for (int i = 0; i < NCF; i++) {
+            const tcfg &c = CFGS[i];
+            double us = time_us(nc, [&](int k) { c.launch(ms[k], x, 1, y, sh.in, sh.out, W); });
+            printf("%-8s %-14s %9.2f %7.0f %5.1f%%\n", sh.name, c.name, us, bytes / us / 1e3,
+                   100.0 * bytes / us / 1e3 / copy);
+            tot[i] += sh.mult * us;
+            best = std::min(best, us);
+        }
+        sum_v3 += sh.mult * t3, sum_best += sh.mult * best;
+        for (auto &m : ms) {
+            CK(cudaFree((void *)m.q));
+            CK(cudaFree((void *)m.scales));
+            CK(cudaFree((void *)m.biases));
+        }
+    }
+    printf("==== summary ====\n");
+    for (int i = 0; i < NCF; i++) printf("token total %-14s %.3f ms\n", CFGS[i].name, tot[i] / 1e3);
+    printf("one token's GEMVs: v3 %.3f ms, best per shape %.3f ms; bitwise: %s\n", sum_v3 / 1e3,
+           sum_best / 1e3, bad ? "NO" : "yes");
+    return bad != 0;
+}
