@@ -104,7 +104,7 @@ static __device__ __forceinline__ void p3_compute(const unsigned char *slot, con
                                                   bool has_x, int step, int g, int t, float *acc)
 {
     if (!PERM) {
-        stage_compute<4, 64, TK_BF16, true>(slot, xl, has_x, step, g, t, acc);
+        stage_compute<4, 64, TK_BF16, true, 1>(slot, xl, has_x, step, g, t, (float(*)[4])acc);
         return;
     }
     const uint32_t one = 0x3F803F80u;

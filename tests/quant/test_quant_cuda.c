@@ -455,6 +455,62 @@ static void test_glu(void **state)
     check_glu(64, TERN_DTYPE_F16, 12, 4096);
 }
 
+/* The widest 4-bit weights take two tiles per warp (tk_qgemv_mma_tp): the
+ * results must be bitwise those of one tile per warp (TERN_QMMA_TP=1), for
+ * matmul and matmul_glu, at T = 1..8 and 13 (two passes), partial last
+ * tiles included. */
+static void check_tp(int g, enum tern_dtype sdt, int64_t rows, int64_t in, bool glu)
+{
+    struct qhost h = qhost_make(rows, in, 4, g, sdt);
+    if (!mma_applies(4, g, sdt, in, rows)) fail_msg("tp g%d: v3 does not apply", g);
+#ifdef TERN_HAVE_CUDA
+    if (tk_qgemv_mma_tp(4, rows) != 2) fail_msg("tp: [%d x %d] no longer takes 2 tiles per warp", (int)rows, (int)in);
+#endif
+    struct tern_linear lg = lin_on(gpu, &h, rows, in, 4, g, true);
+    int64_t out = glu ? rows / 2 : rows;
+    const int64_t Ts[] = {1, 2, 5, 8, 13};
+    for (int i = 0; i < 5; i++) {
+        int64_t T = Ts[i], xs[2] = {T, in}, ys[2] = {T, out}, gs[2] = {T, rows};
+        uint16_t *xb = tern_malloc((size_t)(T * in) * 2);
+        for (int64_t k = 0; k < T * in; k++) xb[k] = tern_f32_to_bf16(frand() * 4.0f);
+        struct tern_dtensor x = up(gpu, TERN_DTYPE_BF16, 2, xs, xb), y[2], gu;
+        gu = up(gpu, TERN_DTYPE_BF16, 2, gs, NULL);
+        for (int v = 0; v < 2; v++) {
+            y[v] = up(gpu, glu ? TERN_DTYPE_BF16 : TERN_DTYPE_F32, 2, ys, NULL);
+            if (v == 1) setenv("TERN_QMMA_TP", "1", 1);
+            if (glu) tu_ok(gpu->ops->matmul_glu(gpu, &x, &lg, &gu, &y[v]));
+            else tu_ok(gpu->ops->matmul(gpu, &x, &lg, &y[v], 0));
+            unsetenv("TERN_QMMA_TP");
+        }
+        size_t n = (size_t)(T * out) * (glu ? 2 : 4);
+        unsigned char *a = tern_malloc(n), *b = tern_malloc(n);
+        tu_ok(gpu->ops->download(gpu, a, &y[0], n));
+        tu_ok(gpu->ops->download(gpu, b, &y[1], n));
+        int64_t nz = 0;
+        for (size_t k = 0; k < n; k++) nz += b[k] != 0;
+        if (memcmp(a, b, n) != 0 || nz < (int64_t)(n / 2))
+            fail_msg("tp g%d %s [%d x %d] %s T=%d: two tiles per warp differ from one", g,
+                     tern_dtype_name(sdt), (int)rows, (int)in, glu ? "glu" : "matmul", (int)T);
+        tern_free(a), tern_free(b), tern_free(xb);
+        tern_dtensor_free(gpu, &x), tern_dtensor_free(gpu, &gu);
+        tern_dtensor_free(gpu, &y[0]), tern_dtensor_free(gpu, &y[1]);
+    }
+    printf("  b4 g%-3d %-4s %s [%d x %d] T=1..13 two tiles per warp bitwise one\n", g,
+           tern_dtype_name(sdt), glu ? "glu" : "matmul", (int)rows, (int)in);
+    lin_free(gpu, &lg);
+    tern_free(h.q), tern_free(h.s), tern_free(h.b), tern_free(h.bias);
+}
+
+static void test_tp(void **state)
+{
+    (void)state;
+    if (!gpu) skip();
+    check_tp(64, TERN_DTYPE_BF16, 16400, 512, false); /* partial last pair of tiles */
+    check_tp(128, TERN_DTYPE_F16, 16392, 256, false);  /* a partial tile */
+    check_tp(32, TERN_DTYPE_BF16, 16400, 512, true);   /* GLU: ff 8200 */
+    check_tp(64, TERN_DTYPE_BF16, 28672, 4096, true);  /* the 8B gate_up */
+}
+
 /* matmul_add_rmsnorm on a quantized [dim, in] weight on gpu with the
  * epilogue asked for (TERN_CUDA_FUSE_OPS names "arn"; v3's tk_epi variant: the residual add in the epilogue, the last block's
  * RMSNorm) bitwise equal to matmul into a BF16 proj then add_rmsnorm (or
@@ -654,6 +710,7 @@ int main(void)
                                        cmocka_unit_test(test_tall_dequant),
                                        cmocka_unit_test(test_glu),
                                        cmocka_unit_test(test_epi),
-                                       cmocka_unit_test(test_norm_matmul)};
+                                       cmocka_unit_test(test_norm_matmul),
+                                       cmocka_unit_test(test_tp)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -59,6 +59,9 @@ cudaError_t tk_qgemv4(cudaStream_t st, const struct tk_qmat *m, const void *x, i
 int tk_qgemv_mma_ok(const struct tk_qmat *m, const void *x, int xdt, int64_t x_stride, int64_t in,
                     int64_t out);
 int tk_qgemv_mma_split(int bits, int group, int64_t in, int64_t out);
+/* Tiles per warp the tensor-core GEMV gives a weight of `rows` rows (a GLU
+ * weight's 2 ff): 2 for the widest 4-bit ones, else 1 (TERN_QMMA_TP=1: 1). */
+int tk_qgemv_mma_tp(int bits, int64_t rows);
 cudaError_t tk_qgemv_mma(cudaStream_t st, const struct tk_qmat *m, const void *x, int64_t x_stride,
                          const void *bias, int bdt, void *y, int ydt, int64_t y_stride,
                          int64_t n_tok, int64_t in, int64_t out);

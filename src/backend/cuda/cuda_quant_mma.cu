@@ -47,7 +47,10 @@
  * so that the lanes of one shared load hit distinct banks). W warps of a block split
  * K of one tile (step i goes to warp i % W) and are summed through shared
  * memory in warp order; W comes from the shape only (enough warps for the
- * device, at least one step each), never from T. Every instruction is the
+ * device, at least one step each), never from T. The widest 4-bit weights
+ * (>= 1024 tiles: qm_tp) give each warp TP = 2 tiles at once, in two ring
+ * slots of two tiles: the B registers and x sums (the PRMTs and the A = 1
+ * MMAs) are made once for both, each tile's sums unchanged. Every instruction is the
  * same whatever the token count and the MMA's columns do not mix, so a
  * token's result is bitwise the same alone or inside a batch of 8.
  * Depends on cuda_common.cuh, cuda_qmma.cuh, cuda_quant.h.
@@ -55,6 +58,9 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_qmma.cuh"
 #include "backend/cuda/cuda_quant.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 #define QM_WARPS 8
 /* Warps a launch should have: the K split doubles while tiles x split is
@@ -163,27 +169,39 @@ static __device__ __forceinline__ void bregs(const bf16 *xp, bool has_x, uint32_
     }
 }
 
-template <int BITS, int GROUP, int SDT, bool SH>
+/* One step of TP tiles (the slot holds TP stages, one per tile): the
+ * activation registers and the sums of x (MMA with A = 1) are made once and
+ * serve every tile; each tile's sums see exactly the operations, in the
+ * order, they see at TP = 1. */
+template <int BITS, int GROUP, int SDT, bool SH, int TP>
 static __device__ __forceinline__ void stage_compute(const unsigned char *slot, const bf16 *xl,
                                                      bool has_x, int step, int g, int t,
-                                                     float *acc)
+                                                     float (*acc)[4])
 {
     typedef qm_cfg<BITS, GROUP> C;
     constexpr int XW = BITS == 4 ? 8 : 4; /* x values per packed word */
     constexpr float OFF = BITS == 4 ? 128.0f : 2176.0f; /* sum of A over a value's slots at q = 0 */
     const uint32_t one = 0x3F803F80u, one_hi = BITS == 4 ? one : 0u;
-    uint32_t sv[2][(C::SG + 1) / 2], bv[2][(C::SG + 1) / 2];
+    uint32_t sv[TP][2][(C::SG + 1) / 2], bv[TP][2][(C::SG + 1) / 2];
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        lds<C::SB / 4>(slot + 16 * C::RS + (g + 8 * r) * C::SB, sv[r]);
-        lds<C::SB / 4>(slot + 16 * C::RS + (16 + g + 8 * r) * C::SB, bv[r]);
-    }
+    for (int p = 0; p < TP; p++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            lds<C::SB / 4>(slot + p * C::STAGE + 16 * C::RS + (g + 8 * r) * C::SB, sv[p][r]);
+            lds<C::SB / 4>(slot + p * C::STAGE + 16 * C::RS + (16 + g + 8 * r) * C::SB, bv[p][r]);
+        }
 #pragma unroll
     for (int G = 0; G < C::SG; G++) {
-        uint32_t wa[C::PW], wb[C::PW];
-        lds<C::PW>(slot + g * C::RS + G * 16 * C::PW + t * 4 * C::PW, wa);
-        lds<C::PW>(slot + (g + 8) * C::RS + G * 16 * C::PW + t * 4 * C::PW, wb);
-        float cg[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xg[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        uint32_t wa[TP][C::PW], wb[TP][C::PW];
+#pragma unroll
+        for (int p = 0; p < TP; p++) {
+            const unsigned char *sp = slot + p * C::STAGE + G * 16 * C::PW + t * 4 * C::PW;
+            lds<C::PW>(sp + g * C::RS, wa[p]);
+            lds<C::PW>(sp + (g + 8) * C::RS, wb[p]);
+        }
+        float cg[TP][4], xg[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int p = 0; p < TP; p++) cg[p][0] = cg[p][1] = cg[p][2] = cg[p][3] = 0.0f;
         const bf16 *xp = xl + (step * C::SG + G) * GROUP;
 #pragma unroll
         for (int j = 0; j < C::PW; j++) {
@@ -191,20 +209,25 @@ static __device__ __forceinline__ void stage_compute(const unsigned char *slot, 
             bregs<BITS, SH>(xp + j * XW, has_x, b);
 #pragma unroll
             for (int m = 0; m < 2; m++) {
-                tk_mma_bf16(cg, tk_q4_pair(wa[j], 2 * m), tk_q4_pair(wb[j], 2 * m),
-                            tk_q4_pair(wa[j], 2 * m + 1), tk_q4_pair(wb[j], 2 * m + 1), b[2 * m],
-                            b[2 * m + 1]);
+#pragma unroll
+                for (int p = 0; p < TP; p++)
+                    tk_mma_bf16(cg[p], tk_q4_pair(wa[p][j], 2 * m), tk_q4_pair(wb[p][j], 2 * m),
+                                tk_q4_pair(wa[p][j], 2 * m + 1), tk_q4_pair(wb[p][j], 2 * m + 1),
+                                b[2 * m], b[2 * m + 1]);
                 tk_mma_bf16(xg, one, one, one_hi, one_hi, b[2 * m], b[2 * m + 1]);
             }
         }
-        float s0 = tk_half_of<SDT>(sv[0][G / 2], G & 1);
-        float s1 = tk_half_of<SDT>(sv[1][G / 2], G & 1);
-        float o0 = fmaf(-OFF, s0, tk_half_of<SDT>(bv[0][G / 2], G & 1));
-        float o1 = fmaf(-OFF, s1, tk_half_of<SDT>(bv[1][G / 2], G & 1));
-        acc[0] = fmaf(o0, xg[0], fmaf(s0, cg[0], acc[0]));
-        acc[1] = fmaf(o0, xg[1], fmaf(s0, cg[1], acc[1]));
-        acc[2] = fmaf(o1, xg[2], fmaf(s1, cg[2], acc[2]));
-        acc[3] = fmaf(o1, xg[3], fmaf(s1, cg[3], acc[3]));
+#pragma unroll
+        for (int p = 0; p < TP; p++) {
+            float s0 = tk_half_of<SDT>(sv[p][0][G / 2], G & 1);
+            float s1 = tk_half_of<SDT>(sv[p][1][G / 2], G & 1);
+            float o0 = fmaf(-OFF, s0, tk_half_of<SDT>(bv[p][0][G / 2], G & 1));
+            float o1 = fmaf(-OFF, s1, tk_half_of<SDT>(bv[p][1][G / 2], G & 1));
+            acc[p][0] = fmaf(o0, xg[0], fmaf(s0, cg[p][0], acc[p][0]));
+            acc[p][1] = fmaf(o0, xg[1], fmaf(s0, cg[p][1], acc[p][1]));
+            acc[p][2] = fmaf(o1, xg[2], fmaf(s1, cg[p][2], acc[p][2]));
+            acc[p][3] = fmaf(o1, xg[3], fmaf(s1, cg[p][3], acc[p][3]));
+        }
     }
 }
 
@@ -222,106 +245,133 @@ static __device__ __forceinline__ void qm_norm_prologue(const tk_np &np, int n_t
     __syncthreads();
 }
 
-/* Block: QM_WARPS warps = QM_WARPS / wsplit tiles of 16 rows, wsplit warps
- * (consecutive) per tile, warp ks of a tile taking steps ks, ks + wsplit, ...
- * Each warp streams its steps through its own ring of NST shared-memory
- * slots (cp.async, NST - 1 steps in flight while it computes one).
+/* Ring stages per warp: NST at one tile per warp; two stages of TP tiles
+ * each above (the same shared memory as NST = 4 at TP = 2, so two blocks
+ * still fit an SM). */
+template <int BITS, int GROUP, int TP> struct qm_ring {
+    static constexpr int NS = TP == 1 ? qm_cfg<BITS, GROUP>::NST : 2;
+    static constexpr int BYTES = QM_WARPS * NS * TP * qm_cfg<BITS, GROUP>::STAGE;
+};
+
+/* Block: QM_WARPS warps = QM_WARPS / wsplit groups of TP tiles of 16 rows,
+ * wsplit warps (consecutive) per group, warp ks of a group taking steps ks,
+ * ks + wsplit, ... of each of its TP tiles (TP = 2 for the widest weights:
+ * one set of activation registers serves both tiles). Each warp streams its
+ * steps through its own ring of NS shared-memory slots (cp.async, NS - 1
+ * steps in flight while it computes one). Every tile's sums are the same
+ * whatever TP: the choice of TP depends on the shape only.
  * GLU: `out` is ff; tile rows 0-7 are gate rows i0.., rows 8-15 up rows
  * ff + i0.. (i0 = 8 per tile), so lane (g, t) ends with both sums of output
  * i0 + g and writes silu(gate) * up (BF16) rounded as tk_silu_mul would
  * from a BF16 gate_up: bitwise the plain kernel then silu_mul (each row's
  * sums do not depend on its place in the tile). */
-template <int BITS, int GROUP, int SDT, bool GLU, bool EPI, bool NP>
+template <int BITS, int GROUP, int SDT, bool GLU, bool EPI, bool NP, int TP>
 static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
     k_qgemv_mma(const bf16 *__restrict__ x, int xs, int n_tok, const uint32_t *__restrict__ q,
                 const uint16_t *__restrict__ sc, const uint16_t *__restrict__ bi,
                 const void *bias, int bdt, void *y, int ydt, int64_t ys, int in, int out,
                 int wsplit, tk_epi epi, tk_np np)
 {
+    static_assert(TP == 1 || !(EPI || NP), "TP > 1: plain and GLU only");
     typedef qm_cfg<BITS, GROUP> C;
-    extern __shared__ __align__(16) unsigned char qm_ring[];
+    constexpr int NS = qm_ring<BITS, GROUP, TP>::NS;
+    extern __shared__ __align__(16) unsigned char qm_ring_s[];
     __shared__ float red[QM_WARPS][32][4];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     int ks = warp % wsplit;
-    int tile = blockIdx.x * (QM_WARPS / wsplit) + warp / wsplit;
-    int row0 = tile * (GLU ? 8 : 16);
-    bool live = row0 < out;
-    /* weight row of tile row r (0..15), clamped into the matrix */
-    auto trow = [&](int r) {
+    int tile0 = (blockIdx.x * (QM_WARPS / wsplit) + warp / wsplit) * TP;
+    int rpt = GLU ? 8 : 16; /* output rows per tile */
+    /* weight row of row r (0..15) of tile p, clamped into the matrix */
+    auto trow = [&](int p, int r) {
+        int row0 = (tile0 + p) * rpt;
         if (!GLU) return row0 + r < out ? row0 + r : out - 1;
         int i = row0 + (r & 7) < out ? row0 + (r & 7) : out - 1;
         return r < 8 ? i : out + i;
     };
     int words_row = in / 32 * BITS, groups_row = in / GROUP, n_steps = in / C::SK;
-    int qoff[C::CH];
+    int qoff[TP][C::CH];
+    const uint16_t *sb_row[TP];
 #pragma unroll
-    for (int i = 0; i < C::CH; i++) {
-        qoff[i] = trow((lane + 32 * i) / (C::RB / 16)) * words_row;
+    for (int p = 0; p < TP; p++) {
+#pragma unroll
+        for (int i = 0; i < C::CH; i++) qoff[p][i] = trow(p, (lane + 32 * i) / (C::RB / 16)) * words_row;
+        sb_row[p] = (lane < 16 ? sc : bi) + (size_t)trow(p, lane & 15) * groups_row;
     }
-    int srow = trow(lane & 15);
-    const uint16_t *sb_row = (lane < 16 ? sc : bi) + (size_t)srow * groups_row;
     bool has_x = g < n_tok;
     /* NP: x is the prologue's normalised copy after the rings */
-    bf16 *xh = (bf16 *)(qm_ring + QM_WARPS * C::NST * C::STAGE);
+    bf16 *xh = (bf16 *)(qm_ring_s + qm_ring<BITS, GROUP, TP>::BYTES);
     const bf16 *xl = NP ? xh + (has_x ? g : 0) * (in + 8) + t * (GROUP / 4)
                         : x + (size_t)(has_x ? g : 0) * xs + t * (GROUP / 4);
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    int n_mine = live && ks < n_steps ? (n_steps - 1 - ks) / wsplit + 1 : 0;
-    unsigned char *ring = qm_ring + warp * (C::NST * C::STAGE);
+    float acc[TP][4];
 #pragma unroll
-    for (int i = 0; i < C::NST - 1; i++) { /* weights and scales only: before the PDL wait */
-        if (i < n_mine) stage_issue<BITS, GROUP>(ring + i * C::STAGE, q, qoff, sb_row, lane, ks + i * wsplit);
+    for (int p = 0; p < TP; p++) acc[p][0] = acc[p][1] = acc[p][2] = acc[p][3] = 0.0f;
+    int n_mine = tile0 * rpt < out && ks < n_steps ? (n_steps - 1 - ks) / wsplit + 1 : 0;
+    unsigned char *ring = qm_ring_s + warp * (NS * TP * C::STAGE);
+#pragma unroll
+    for (int i = 0; i < NS - 1; i++) { /* weights and scales only: before the PDL wait */
+        if (i < n_mine)
+#pragma unroll
+            for (int p = 0; p < TP; p++)
+                stage_issue<BITS, GROUP>(ring + (i * TP + p) * C::STAGE, q, qoff[p], sb_row[p],
+                                         lane, ks + i * wsplit);
         cp_commit();
     }
     tk_pdl_wait(); /* x (and the residual of EPI / NP) come from earlier kernels */
     tk_pdl_launch();
     if (NP) qm_norm_prologue(np, n_tok, in, xh, in + 8);
-    int slot_c = 0, slot_i = C::NST - 1;
+    int slot_c = 0, slot_i = NS - 1;
     for (int n = 0; n < n_mine; n++) {
-        if (n + C::NST - 1 < n_mine)
-            stage_issue<BITS, GROUP>(ring + slot_i * C::STAGE, q, qoff, sb_row, lane,
-                                     ks + (n + C::NST - 1) * wsplit);
+        if (n + NS - 1 < n_mine)
+#pragma unroll
+            for (int p = 0; p < TP; p++)
+                stage_issue<BITS, GROUP>(ring + (slot_i * TP + p) * C::STAGE, q, qoff[p],
+                                         sb_row[p], lane, ks + (n + NS - 1) * wsplit);
         cp_commit();
-        cp_wait<C::NST - 1>();
+        cp_wait<NS - 1>();
         __syncwarp();
-        stage_compute<BITS, GROUP, SDT, NP>(ring + slot_c * C::STAGE, xl, has_x, ks + n * wsplit, g,
-                                            t, acc);
+        stage_compute<BITS, GROUP, SDT, NP, TP>(ring + slot_c * TP * C::STAGE, xl, has_x,
+                                                ks + n * wsplit, g, t, acc);
         __syncwarp(); /* the slot is refilled next iteration */
-        slot_c = slot_c + 1 == C::NST ? 0 : slot_c + 1;
-        slot_i = slot_i + 1 == C::NST ? 0 : slot_i + 1;
+        slot_c = slot_c + 1 == NS ? 0 : slot_c + 1;
+        slot_i = slot_i + 1 == NS ? 0 : slot_i + 1;
     }
     cp_wait<0>();
-    if (wsplit > 1) {
 #pragma unroll
-        for (int i = 0; i < 4; i++) red[warp][lane][i] = acc[i];
-        __syncthreads();
-        if (ks == 0)
-            for (int w = 1; w < wsplit; w++)
+    for (int p = 0; p < TP; p++) {
+        if (wsplit > 1) {
+            if (p > 0) __syncthreads(); /* tile p - 1's sums have been read */
 #pragma unroll
-                for (int i = 0; i < 4; i++) acc[i] += red[warp + w][lane][i];
-    }
-    if (!live || ks != 0) { /* EPI: every thread still reaches tk_epi_finish */
-    } else if (GLU) {
+            for (int i = 0; i < 4; i++) red[warp][lane][i] = acc[p][i];
+            __syncthreads();
+            if (ks == 0)
+                for (int w = 1; w < wsplit; w++)
 #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            int i = row0 + g, tok = 2 * t + c;
-            if (i < out && tok < n_tok) {
-                float gv = acc[c], uv = acc[2 + c];
-                if (bias) gv += tk_ld(bias, bdt, i), uv += tk_ld(bias, bdt, out + i);
-                gv = __bfloat162float(__float2bfloat16(gv)); /* as stored in gate_up */
-                uv = __bfloat162float(__float2bfloat16(uv));
-                ((bf16 *)y)[tok * ys + i] = __float2bfloat16(gv / (1.0f + expf(-gv)) * uv);
-            }
+                    for (int i = 0; i < 4; i++) acc[p][i] += red[warp + w][lane][i];
         }
-    } else {
+        int row0 = (tile0 + p) * rpt;
+        if (row0 >= out || ks != 0) { /* EPI: every thread still reaches tk_epi_finish */
+        } else if (GLU) {
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int row = row0 + g + (i >> 1) * 8, tok = 2 * t + (i & 1);
-            if (row < out && tok < n_tok) {
-                float v = acc[i];
-                if (bias) v += tk_ld(bias, bdt, row);
-                if (EPI) tk_epi_store(epi, tok, row, v);
-                else tk_st(y, ydt, tok * ys + row, v);
+            for (int c = 0; c < 2; c++) {
+                int i = row0 + g, tok = 2 * t + c;
+                if (i < out && tok < n_tok) {
+                    float gv = acc[p][c], uv = acc[p][2 + c];
+                    if (bias) gv += tk_ld(bias, bdt, i), uv += tk_ld(bias, bdt, out + i);
+                    gv = __bfloat162float(__float2bfloat16(gv)); /* as stored in gate_up */
+                    uv = __bfloat162float(__float2bfloat16(uv));
+                    ((bf16 *)y)[tok * ys + i] = __float2bfloat16(gv / (1.0f + expf(-gv)) * uv);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int row = row0 + g + (i >> 1) * 8, tok = 2 * t + (i & 1);
+                if (row < out && tok < n_tok) {
+                    float v = acc[p][i];
+                    if (bias) v += tk_ld(bias, bdt, row);
+                    if (EPI) tk_epi_store(epi, tok, row, v);
+                    else tk_st(y, ydt, tok * ys + row, v);
+                }
             }
         }
     }
@@ -359,38 +409,52 @@ typedef cudaError_t (*qm_fn)(cudaStream_t, const struct tk_qmat *, const void *,
 static int qm_np_bytes(int n_tok, int in) { return n_tok * (in + 8) * 2; }
 
 /* out: rows (GLU: ff, the kernel covering 2 ff rows in 16-row tiles). */
-template <int BITS, int GROUP, int SDT, bool GLU, bool EPI, bool NP>
+template <int BITS, int GROUP, int SDT, bool GLU, bool EPI, bool NP, int TP>
 static cudaError_t qm_launch(cudaStream_t st, const struct tk_qmat *m, const void *x, int xs,
                              int n_tok, const void *bias, int bdt, void *y, int ydt, int64_t ys,
                              int in, int out, int wsplit, const struct tk_epi *epi,
                              const struct tk_np *np)
 {
-    typedef qm_cfg<BITS, GROUP> C;
-    int ring = QM_WARPS * C::NST * C::STAGE, dev = 0;
+    int ring = qm_ring<BITS, GROUP, TP>::BYTES, dev = 0;
     int smem = ring + (NP ? qm_np_bytes(n_tok, in) : 0);
     /* Above 48 KB of shared memory, once per device (racing threads set the
      * same value; not a stream operation, so legal while capturing a graph). */
     static unsigned attr_set;
     if (cudaGetDevice(&dev) == cudaSuccess && dev < 32 && !((attr_set >> dev) & 1u)) {
-        cudaFuncSetAttribute(k_qgemv_mma<BITS, GROUP, SDT, GLU, EPI, NP>,
+        cudaFuncSetAttribute(k_qgemv_mma<BITS, GROUP, SDT, GLU, EPI, NP, TP>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                              ring + (NP ? qm_np_bytes(TK_NP_MAX_T, 8192) : 0));
         attr_set |= 1u << dev;
     }
-    unsigned blocks = (unsigned)tk_cdiv(tk_cdiv(GLU ? 2 * (int64_t)out : out, 16), QM_WARPS / wsplit);
+    int64_t tiles = tk_cdiv(GLU ? 2 * (int64_t)out : out, 16);
+    unsigned blocks = (unsigned)tk_cdiv(tk_cdiv(tiles, TP), QM_WARPS / wsplit);
     struct tk_epi none = {};
     struct tk_np no_np = {};
-    return tk_launch(k_qgemv_mma<BITS, GROUP, SDT, GLU, EPI, NP>, dim3(blocks), dim3(QM_WARPS * 32),
-                     (size_t)smem, st, (const bf16 *)x, xs, n_tok, (const uint32_t *)m->q,
-                     (const uint16_t *)m->scales, (const uint16_t *)m->biases, bias, bdt, y, ydt,
-                     ys, in, out, wsplit, EPI ? *epi : none, NP ? *np : no_np);
+    return tk_launch(k_qgemv_mma<BITS, GROUP, SDT, GLU, EPI, NP, TP>, dim3(blocks),
+                     dim3(QM_WARPS * 32), (size_t)smem, st, (const bf16 *)x, xs, n_tok,
+                     (const uint32_t *)m->q, (const uint16_t *)m->scales,
+                     (const uint16_t *)m->biases, bias, bdt, y, ydt, ys, in, out, wsplit,
+                     EPI ? *epi : none, NP ? *np : no_np);
 }
 
-#define QM_ROW(B, L, E, N)                                                                         \
-    {qm_launch<B, 32, TK_BF16, L, E, N>, qm_launch<B, 64, TK_BF16, L, E, N>,                      \
-     qm_launch<B, 128, TK_BF16, L, E, N>},                                                        \
-        {qm_launch<B, 32, TK_F16, L, E, N>, qm_launch<B, 64, TK_F16, L, E, N>,                    \
-         qm_launch<B, 128, TK_F16, L, E, N>}
+#define QM_ROW(B, L, E, N, TP)                                                                     \
+    {qm_launch<B, 32, TK_BF16, L, E, N, TP>, qm_launch<B, 64, TK_BF16, L, E, N, TP>,              \
+     qm_launch<B, 128, TK_BF16, L, E, N, TP>},                                                    \
+        {qm_launch<B, 32, TK_F16, L, E, N, TP>, qm_launch<B, 64, TK_F16, L, E, N, TP>,            \
+         qm_launch<B, 128, TK_F16, L, E, N, TP>}
+
+/* Tiles per warp for a weight of `rows` rows (a GLU weight's 2 ff): 2 for
+ * the widest 4-bit ones (>= 1024 tiles: the 8B shape's gate_up and
+ * lm_head; H200, dev/kernels/tp_lab.cu, 2026-11-30: 8.6% and 12% faster
+ * there, no gain on 4096 / 6144 rows), else 1; TERN_QMMA_TP=1 keeps 1. A
+ * weight's choice never depends on the token count. */
+static int qm_tp(int bits, int64_t rows)
+{
+    const char *e = getenv("TERN_QMMA_TP"); /* read per call: tests switch it */
+    return !(e && strcmp(e, "1") == 0) && bits == 4 && tk_cdiv(rows, 16) >= 1024 ? 2 : 1;
+}
+
+extern "C" int tk_qgemv_mma_tp(int bits, int64_t rows) { return qm_tp(bits, rows); }
 
 extern "C" cudaError_t tk_qgemv_mma(cudaStream_t st, const struct tk_qmat *m, const void *x,
                                     int64_t x_stride, const void *bias, int bdt, void *y, int ydt,
@@ -439,19 +503,26 @@ extern "C" cudaError_t tk_qgemv_mma_split_as(cudaStream_t st, const struct tk_qm
                                              int bdt, void *y, int ydt, int64_t y_stride,
                                              int64_t n_tok, int64_t in, int64_t out, int wsplit)
 {
-    static const qm_fn table[2][2][3] = {{QM_ROW(4, false, false, false)}, {QM_ROW(8, false, false, false)}};
-    return qm_passes(table, st, m, x, x_stride, bias, bdt, y, ydt, y_stride, n_tok, in, out,
-                     wsplit, NULL, NULL);
+    static const qm_fn table[2][2][3] = {{QM_ROW(4, false, false, false, 1)},
+                                         {QM_ROW(8, false, false, false, 1)}};
+    static const qm_fn table2[2][2][3] = {{QM_ROW(4, false, false, false, 2)},
+                                          {QM_ROW(8, false, false, false, 1)}};
+    return qm_passes(qm_tp(m->bits, out) == 2 ? table2 : table, st, m, x, x_stride, bias, bdt, y,
+                     ydt, y_stride, n_tok, in, out, wsplit, NULL, NULL);
 }
 
 extern "C" cudaError_t tk_qgemv_mma_glu(cudaStream_t st, const struct tk_qmat *m, const void *x,
                                         int64_t x_stride, const void *bias, int bdt, void *act,
                                         int64_t act_stride, int64_t n_tok, int64_t in, int64_t ff)
 {
-    static const qm_fn table[2][2][3] = {{QM_ROW(4, true, false, false)}, {QM_ROW(8, true, false, false)}};
+    static const qm_fn table[2][2][3] = {{QM_ROW(4, true, false, false, 1)},
+                                         {QM_ROW(8, true, false, false, 1)}};
+    static const qm_fn table2[2][2][3] = {{QM_ROW(4, true, false, false, 2)},
+                                          {QM_ROW(8, true, false, false, 1)}};
     /* the plain kernel's split for the [2 ff, in] weight: same windows per warp */
-    return qm_passes(table, st, m, x, x_stride, bias, bdt, act, TK_BF16, act_stride, n_tok, in,
-                     ff, tk_qgemv_mma_split(m->bits, m->group, in, 2 * ff), NULL, NULL);
+    return qm_passes(qm_tp(m->bits, 2 * ff) == 2 ? table2 : table, st, m, x, x_stride, bias, bdt,
+                     act, TK_BF16, act_stride, n_tok, in, ff,
+                     tk_qgemv_mma_split(m->bits, m->group, in, 2 * ff), NULL, NULL);
 }
 
 extern "C" cudaError_t tk_qgemv_mma_epi(cudaStream_t st, const struct tk_qmat *m, const void *x,
@@ -459,7 +530,8 @@ extern "C" cudaError_t tk_qgemv_mma_epi(cudaStream_t st, const struct tk_qmat *m
                                         const struct tk_epi *e, int64_t n_tok, int64_t in,
                                         int64_t out)
 {
-    static const qm_fn table[2][2][3] = {{QM_ROW(4, false, true, false)}, {QM_ROW(8, false, true, false)}};
+    static const qm_fn table[2][2][3] = {{QM_ROW(4, false, true, false, 1)},
+                                         {QM_ROW(8, false, true, false, 1)}};
     if (e->dim != out) return cudaErrorInvalidValue;
     return qm_passes(table, st, m, x, x_stride, bias, bdt, NULL, TK_BF16, 0, n_tok, in, out,
                      tk_qgemv_mma_split(m->bits, m->group, in, out), e, NULL);
@@ -478,9 +550,10 @@ extern "C" cudaError_t tk_qgemv_mma_np(cudaStream_t st, const struct tk_qmat *m,
 {
     /* 4 bits only: the 8-bit half of each table repeats the 4-bit kernels
      * and is never selected (tk_qgemv_mma_np_ok) */
-    static const qm_fn plain[2][2][3] = {{QM_ROW(4, false, false, true)},
-                                         {QM_ROW(4, false, false, true)}};
-    static const qm_fn gl[2][2][3] = {{QM_ROW(4, true, false, true)}, {QM_ROW(4, true, false, true)}};
+    static const qm_fn plain[2][2][3] = {{QM_ROW(4, false, false, true, 1)},
+                                         {QM_ROW(4, false, false, true, 1)}};
+    static const qm_fn gl[2][2][3] = {{QM_ROW(4, true, false, true, 1)},
+                                      {QM_ROW(4, true, false, true, 1)}};
     if (!tk_qgemv_mma_np_ok(m, n_tok, in)) return cudaErrorInvalidValue;
     int64_t rows = glu ? 2 * out : out;
     return qm_passes(glu ? gl : plain, st, m, NULL, in, bias, bdt, y, glu ? TK_BF16 : ydt, y_stride,
