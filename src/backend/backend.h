@@ -252,6 +252,18 @@ struct tern_backend_ops {
                                       const struct tern_attn_params *p,
                                       const struct tern_batch_dev *batch,
                                       struct tern_kv_layer *kv);
+    /* optional (NULL = absent: callers issue matmul(x, w, qkv, 0), then
+     * qk_rope_store without head norms): the fused [q | k | v] projection
+     * and the prologue after it in one op (w: [(n_heads + 2 n_kv_heads) *
+     * head_dim, in]). The same bits in qkv and the caches as that pair of
+     * ops on the same backend (CUDA rotates and stores in the 4-bit decode
+     * GEMV's epilogue where it can: cuda_quant.c says when). */
+    enum tern_status (*matmul_rope_store)(struct tern_backend *be, const struct tern_dtensor *x,
+                                          const struct tern_linear *w, struct tern_dtensor *qkv,
+                                          const struct tern_rope *rope,
+                                          const struct tern_attn_params *p,
+                                          const struct tern_batch_dev *batch,
+                                          struct tern_kv_layer *kv);
     /* optional (NULL = absent: callers issue qk_rope_store, then
      * attention): both in one op, with their arguments (out as attention's).
      * The same bits in out and the caches as that pair of ops on the same

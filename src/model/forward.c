@@ -9,7 +9,11 @@
  *                                                    (one matmul when fused at load)
  *     q, k = q_norm/k_norm (Qwen3), then RoPE at the batch positions
  *     cache[slot_mapping] = k, v                     (one qk_rope_store op where
- *                                                    the backend has it)
+ *                                                    the backend has it; with the
+ *                                                    fused projection one
+ *                                                    matmul_rope_store op where it
+ *                                                    has that, for archs without
+ *                                                    head norms)
  *     attn = attention(q, paged cache)               causal, GQA, sliding window
  *                                                    (with the two lines above one
  *                                                    qk_rope_store_attention op
@@ -306,6 +310,12 @@ static enum tern_status attention_block(struct tern_model_core *m, struct tern_f
         struct tern_dtensor res = rows_of(&f->residual, T);
         TERN_TRY(ops->norm_matmul(be, &res, in_norm, hp->rms_norm_eps, &ly->qkv_proj, &h, NULL,
                                   &qkv));
+    } else if (fused && ops->matmul_rope_store && ops->qk_rope_store && !m->arch->qk_norm) {
+        /* the projection, rope and the cache stores in one op */
+        TERN_TRY(ops->matmul_rope_store(be, &h, &ly->qkv_proj, &qkv, &m->rope, &m->attn,
+                                        &f->batch, kvl));
+        TERN_TRY(ops->attention(be, &qkv, kvl, &f->batch, &m->attn, &attn));
+        return proj_add_norm(m, f, &attn, &ly->o_proj, post, T);
     } else if (fused) {
         TERN_TRY(ops->matmul(be, &h, &ly->qkv_proj, &qkv, 0));
     } else {

@@ -40,6 +40,8 @@
 #endif
 
 static struct tern_backend *cpu, *gpu, *gpu_det;
+
+#define BS_RS 16 /* KV block size of test_rope_store */
 static uint64_t rng = 88172645463325252ull;
 
 static float frand(void) { return tu_frand(&rng); }
@@ -511,6 +513,96 @@ static void test_tp(void **state)
     check_tp(64, TERN_DTYPE_BF16, 28672, 4096, true);  /* the 8B gate_up */
 }
 
+/* matmul_rope_store of a quantized fused [q | k | v] weight (v3's RP
+ * variant: the rotation and the k / v cache stores in the GEMV epilogue)
+ * bitwise equal to matmul into qkv then qk_rope_store without head norms:
+ * qkv and both caches, at T = 1, 3, 8 and 11 (two passes), slots scattered
+ * over 4 blocks of 16 with one -1 (stores nothing), with and without bias,
+ * head_dim 128 and 64, mscale 1 and 1.25. */
+static void check_rope_store(int hd, int nh, int nkv, int64_t in, int g, bool with_bias,
+                             float mscale)
+{
+    int64_t out = (int64_t)(nh + 2 * nkv) * hd, n_blocks = 4, n_slots = n_blocks * BS_RS;
+    struct qhost h = qhost_make(out, in, 4, g, TERN_DTYPE_BF16);
+    struct tern_linear lg = lin_on(gpu, &h, out, in, 4, g, with_bias);
+    int64_t fs[1] = {hd / 2}, cs[4] = {n_blocks, BS_RS, nkv, hd};
+    float *inv = tern_malloc((size_t)hd / 2 * 4);
+    for (int i = 0; i < hd / 2; i++) inv[i] = powf(10000.0f, -2.0f * (float)i / (float)hd);
+    struct tern_rope rope = {.head_dim = hd, .rotary_dim = hd, .interleaved = false,
+                             .mscale = mscale, .inv_freq = up(gpu, TERN_DTYPE_F32, 1, fs, inv)};
+    struct tern_attn_params ap = {.n_heads = nh, .n_kv_heads = nkv, .head_dim = hd,
+                                  .scale = 1.0f / sqrtf((float)hd)};
+    size_t cn = (size_t)(n_slots * nkv * hd);
+    uint16_t *c0 = tern_malloc(cn * 2);
+    for (size_t k = 0; k < cn; k++) c0[k] = tern_f32_to_bf16(frand());
+    const int64_t Ts[] = {1, 3, 8, 11};
+    for (int i = 0; i < 4; i++) {
+        int64_t T = Ts[i], xs[2] = {T, in}, qs[2] = {T, out}, ts[1] = {T};
+        int32_t pos[11], slots[11];
+        for (int k = 0; k < T; k++) pos[k] = 5 + 37 * k, slots[k] = (int32_t)((7 + 13 * k) % n_slots);
+        if (T > 2) slots[1] = -1;
+        uint16_t *xb = tern_malloc((size_t)(T * in) * 2);
+        for (int64_t k = 0; k < T * in; k++) xb[k] = tern_f32_to_bf16(frand() * 4.0f);
+        struct tern_dtensor x = up(gpu, TERN_DTYPE_BF16, 2, xs, xb);
+        struct tern_batch_dev b = {.block_size = BS_RS, .max_q_len = 1};
+        b.positions = up(gpu, TERN_DTYPE_I32, 1, ts, pos);
+        b.slot_mapping = up(gpu, TERN_DTYPE_I32, 1, ts, slots);
+        unsigned char *got[2][3];
+        for (int v = 0; v < 2; v++) {
+            struct tern_dtensor qkv = up(gpu, TERN_DTYPE_BF16, 2, qs, NULL);
+            struct tern_kv_layer kv = {.k = up(gpu, TERN_DTYPE_BF16, 4, cs, c0),
+                                       .v = up(gpu, TERN_DTYPE_BF16, 4, cs, c0)};
+            if (v == 0) {
+                tu_ok(gpu->ops->matmul_rope_store(gpu, &x, &lg, &qkv, &rope, &ap, &b, &kv));
+            } else {
+                tu_ok(gpu->ops->matmul(gpu, &x, &lg, &qkv, 0));
+                tu_ok(gpu->ops->qk_rope_store(gpu, &qkv, NULL, NULL, 0.0f, &rope, &ap, &b, &kv));
+            }
+            struct tern_dtensor *all[3] = {&qkv, &kv.k, &kv.v};
+            for (int k = 0; k < 3; k++) {
+                size_t n = tern_dtensor_bytes(all[k]);
+                got[v][k] = tern_malloc(n);
+                tu_ok(gpu->ops->download(gpu, got[v][k], all[k], n));
+                tern_dtensor_free(gpu, all[k]);
+            }
+        }
+        size_t nb[3] = {(size_t)(T * out) * 2, cn * 2, cn * 2};
+        const char *what[3] = {"qkv", "k cache", "v cache"};
+        for (int k = 0; k < 3; k++) {
+            if (memcmp(got[0][k], got[1][k], nb[k]) != 0)
+                fail_msg("rope_store hd %d g%d bias %d mscale %g T=%d: %s differs from matmul + "
+                         "qk_rope_store", hd, g, with_bias, mscale, (int)T, what[k]);
+            if (k > 0 && memcmp(got[1][k], c0, nb[k]) == 0)
+                fail_msg("rope_store T=%d: the %s was not written", (int)T, what[k]);
+            tern_free(got[0][k]), tern_free(got[1][k]);
+        }
+        tern_free(xb);
+        tern_dtensor_free(gpu, &x), tern_dtensor_free(gpu, &b.positions);
+        tern_dtensor_free(gpu, &b.slot_mapping);
+    }
+    printf("  b4 g%-3d rope_store hd %d (%d q / %d kv heads) bias %d mscale %g T=1..11 bitwise "
+           "matmul + qk_rope_store\n", g, hd, nh, nkv, with_bias, mscale);
+    tern_dtensor_free(gpu, &rope.inv_freq);
+    lin_free(gpu, &lg);
+    tern_free(inv), tern_free(c0);
+    tern_free(h.q), tern_free(h.s), tern_free(h.b), tern_free(h.bias);
+}
+
+static void test_rope_store(void **state)
+{
+    (void)state;
+    if (!gpu || !gpu->ops->matmul_rope_store) skip();
+#ifdef TERN_HAVE_CUDA
+    struct tk_qmat m = {(void *)256, (void *)256, (void *)256, TK_BF16, 4, 64};
+    struct tk_rp rp = {.n_heads = 4, .n_kv = 2, .hd = 128};
+    if (!tk_qgemv_mma_rope_ok(&m, &rp, 8 * 128)) fail_msg("tk_qgemv_mma_rope_ok: 4 / 2 heads of 128 not taken");
+#endif
+    check_rope_store(128, 4, 2, 512, 64, false, 1.0f);
+    check_rope_store(128, 4, 2, 512, 64, true, 1.25f);
+    check_rope_store(64, 8, 2, 768, 32, true, 1.0f);
+    check_rope_store(128, 32, 8, 4096, 64, false, 1.0f); /* the 8B shape */
+}
+
 /* matmul_add_rmsnorm on a quantized [dim, in] weight on gpu with the
  * epilogue asked for (TERN_CUDA_FUSE_OPS names "arn"; v3's tk_epi variant: the residual add in the epilogue, the last block's
  * RMSNorm) bitwise equal to matmul into a BF16 proj then add_rmsnorm (or
@@ -711,6 +803,7 @@ int main(void)
                                        cmocka_unit_test(test_glu),
                                        cmocka_unit_test(test_epi),
                                        cmocka_unit_test(test_norm_matmul),
-                                       cmocka_unit_test(test_tp)};
+                                       cmocka_unit_test(test_tp),
+                                       cmocka_unit_test(test_rope_store)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }

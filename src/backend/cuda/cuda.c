@@ -490,6 +490,7 @@ static const struct tern_backend_ops cuda_ops = {
     .qk_rope_store_attention = tern_cuda_qk_rope_store_attention,
     .silu_mul = cu_silu_mul,
     .matmul_glu = tern_cuda_matmul_glu,
+    .matmul_rope_store = tern_cuda_matmul_rope_store,
     .matmul_add_rmsnorm = tern_cuda_matmul_add_rmsnorm,
     .norm_matmul = tern_cuda_norm_matmul,
     .add = cu_add,
@@ -551,6 +552,8 @@ enum tern_status tern_backend_cuda_create(const struct tern_backend_params *para
      * keeps its add_rmsnorm flow. */
     c->ops = cuda_ops;
     if (!tern_cuda_fuse_named("nmm")) c->ops.norm_matmul = NULL;
+    /* with the opt-in qka the forward keeps qk_rope_store_attention's flow */
+    if (tern_cuda_fuse_named("qka")) c->ops.matmul_rope_store = NULL;
     c->base.ops = &c->ops;
     c->base.device = TERN_DEVICE_CUDA;
     c->base.act_dtype = TERN_DTYPE_BF16;

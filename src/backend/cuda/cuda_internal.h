@@ -140,6 +140,7 @@ enum tern_status tern_cuda_kv_store(struct tern_backend *be, const struct tern_d
                                     int64_t k_col, int64_t v_col,
                                     const struct tern_batch_dev *batch, struct tern_kv_layer *kv);
 /* Whether a fused op ("qkr": qk_rope_store, "qka": qk_rope_store_attention,
+ * "mrs": matmul_rope_store,
  * "glu": matmul_glu, "arn": matmul_add_rmsnorm, "nmm": norm_matmul and the
  * add-only matmul_add_rmsnorm epilogue) uses its fused kernel, for
  * comparisons:
@@ -170,6 +171,12 @@ enum tern_status tern_cuda_qk_rope_store_attention(
     const struct tern_dtensor *k_norm, float eps, const struct tern_rope *rope,
     const struct tern_attn_params *p, const struct tern_batch_dev *batch,
     struct tern_kv_layer *kv, struct tern_dtensor *out);
+enum tern_status tern_cuda_matmul_rope_store(struct tern_backend *be, const struct tern_dtensor *x,
+                                             const struct tern_linear *w, struct tern_dtensor *qkv,
+                                             const struct tern_rope *rope,
+                                             const struct tern_attn_params *p,
+                                             const struct tern_batch_dev *batch,
+                                             struct tern_kv_layer *kv);
 enum tern_status tern_cuda_matmul_glu(struct tern_backend *be, const struct tern_dtensor *x,
                                       const struct tern_linear *w, struct tern_dtensor *gate_up,
                                       struct tern_dtensor *act);

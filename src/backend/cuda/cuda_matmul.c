@@ -318,6 +318,29 @@ enum tern_status tern_cuda_matmul_glu(struct tern_backend *be, const struct tern
     return TERN_OK;
 }
 
+/* The 4-bit fused qkv GEMV with the rotation and cache stores in its
+ * epilogue where it applies (TERN_CUDA_FUSE_OPS naming "mrs", or unset;
+ * never in deterministic mode); otherwise matmul, then qk_rope_store: the
+ * same bits either way (test_quant_cuda test_rope_store). */
+enum tern_status tern_cuda_matmul_rope_store(struct tern_backend *be, const struct tern_dtensor *x,
+                                             const struct tern_linear *w, struct tern_dtensor *qkv,
+                                             const struct tern_rope *rope,
+                                             const struct tern_attn_params *p,
+                                             const struct tern_batch_dev *batch,
+                                             struct tern_kv_layer *kv)
+{
+    TERN_TRY(check_operands(x, w, qkv, 0));
+    if (x->shape[0] == 0) return TERN_OK;
+    if (w->bits && tern_cuda_fuse_ops("mrs") && !be->deterministic) {
+        bool done = false;
+        TERN_TRY(tern_cuda_matmul_rope_quant(tern_cuda_of(be), x, w, qkv, rope, p, batch, kv,
+                                             &done));
+        if (done) return TERN_OK;
+    }
+    TERN_TRY(tern_cuda_matmul(be, x, w, qkv, 0));
+    return be->ops->qk_rope_store(be, qkv, NULL, NULL, 0.0f, rope, p, batch, kv);
+}
+
 /* Whether matmul_add_rmsnorm takes the GEMV epilogue (tk_epi): default
  * mode, BF16 x, an F32 residual, BF16 proj and h, all whole contiguous
  * [T, out] rows (the weight's own kernel decides the rest). The add alone

@@ -28,7 +28,10 @@
  * and the last block's RMSNorm in the epilogue, bitwise the unfused ops);
  * norm_matmul of one that takes v3 at T <= TK_NP_MAX_T its NP variant (the
  * RMSNorm of the F32 input rows in every block's prologue, bitwise rmsnorm
- * then matmul / matmul_glu).
+ * then matmul / matmul_glu); matmul_rope_store of a fused qkv weight that
+ * takes v3 its RP variant (two tiles per warp holding a head's rotary
+ * pairs; the rotation and the k / v cache stores in the epilogue, bitwise
+ * matmul then qk_rope_store without head norms).
  * Depends on cuda_internal.h, cuda_quant.h.
  */
 #include "backend/cuda/cuda_quant.h"
@@ -167,6 +170,49 @@ enum tern_status tern_cuda_matmul_glu_quant(struct tern_cuda *c, const struct te
                              : tk_qgemv_mma_glu(c->stream, &m, xp, in, bias, bdt, act, act_stride,
                                                 T, in, out / 2);
     if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv*_glu", (int)e, __FILE__, __LINE__);
+    *done = true;
+    return TERN_OK;
+}
+
+enum tern_status tern_cuda_matmul_rope_quant(struct tern_cuda *c, const struct tern_dtensor *x,
+                                             const struct tern_linear *w,
+                                             struct tern_dtensor *qkv,
+                                             const struct tern_rope *rope,
+                                             const struct tern_attn_params *p,
+                                             const struct tern_batch_dev *batch,
+                                             struct tern_kv_layer *kv, bool *done)
+{
+    *done = false;
+    TERN_TRY(check_quant(w, "matmul_rope_store"));
+    int64_t T = x->shape[0], in = w->in_features, out = w->out_features;
+    struct tk_qmat m = qmat_of(w);
+    const struct tern_dtensor *K = &kv->k, *V = &kv->v;
+    bool shapes = rope->rotary_dim == rope->head_dim && !rope->interleaved &&
+                  p->head_dim == rope->head_dim && rope->inv_freq.dtype == TERN_DTYPE_F32 &&
+                  qkv->dtype == TERN_DTYPE_BF16 && qkv->shape[0] == T &&
+                  (int64_t)tern_dtensor_numel(qkv) == T * out && K->dtype == TERN_DTYPE_BF16 &&
+                  V->dtype == TERN_DTYPE_BF16 && K->n_dims == 4 && K->shape[2] == p->n_kv_heads &&
+                  K->shape[3] == p->head_dim && tern_dtensor_numel(V) == tern_dtensor_numel(K) &&
+                  batch->positions.dtype == TERN_DTYPE_I32 &&
+                  batch->slot_mapping.dtype == TERN_DTYPE_I32;
+    struct tk_rp rp = {0};
+    if (shapes) {
+        rp.inv_freq = tern_cuda_ptr(&rope->inv_freq);
+        rp.mscale = rope->mscale;
+        rp.pos = tern_cuda_ptr(&batch->positions);
+        rp.slots = tern_cuda_ptr(&batch->slot_mapping);
+        rp.k_cache = tern_cuda_ptr(K);
+        rp.v_cache = tern_cuda_ptr(V);
+        rp.n_slots = K->shape[0] * K->shape[1];
+        rp.n_heads = p->n_heads, rp.n_kv = p->n_kv_heads, rp.hd = p->head_dim;
+    }
+    if (!shapes || quant_pick(c, x, &m, in, out) != 3 || !tk_qgemv_mma_rope_ok(&m, &rp, out))
+        return TERN_OK;
+    const void *bias = w->bias.buf ? tern_cuda_ptr(&w->bias) : NULL;
+    cudaError_t e = tk_qgemv_mma_rope(c->stream, &m, tern_cuda_ptr(x), in, bias,
+                                      bias ? (int)w->bias.dtype : 0, tern_cuda_ptr(qkv), out, &rp,
+                                      T, in, out);
+    if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv_mma_rope", (int)e, __FILE__, __LINE__);
     *done = true;
     return TERN_OK;
 }

@@ -104,6 +104,28 @@ int tk_qgemv_mma_np_ok(const struct tk_qmat *m, int64_t n_tok, int64_t in);
 cudaError_t tk_qgemv_mma_np(cudaStream_t st, const struct tk_qmat *m, const struct tk_np *np,
                             const void *bias, int bdt, void *y, int ydt, int64_t y_stride,
                             int64_t n_tok, int64_t in, int64_t out, int glu);
+/* The rotary / KV-cache epilogue of the 4-bit tensor-core GEMV on a fused
+ * [q | k | v] weight (backend.h's matmul_rope_store): each warp takes the
+ * two 16-row tiles holding a head's rotary pairs (rows d and d + hd / 2) and
+ * writes qkv as qk_rope_store leaves it without head norms (the BF16 row,
+ * then k_rope's rotation of the q and k heads, rounded to BF16) and the k /
+ * v heads to the token's cache slot: bitwise tk_qgemv_mma into qkv then
+ * tk_qk_rope_store. Token t's position and slot are pos[t] / slots[t]. */
+struct tk_rp {
+    const float *inv_freq; /* [hd / 2] */
+    float mscale;
+    const int32_t *pos, *slots;
+    void *k_cache, *v_cache; /* BF16 [n_slots, n_kv, hd] */
+    int64_t n_slots;
+    int n_heads, n_kv, hd;
+};
+/* Whether tk_qgemv_mma_rope takes it: tk_qgemv_mma_ok, 4 bits, hd % 32 ==
+ * 0 and <= 256, out == (n_heads + 2 n_kv) hd. */
+int tk_qgemv_mma_rope_ok(const struct tk_qmat *m, const struct tk_rp *rp, int64_t out);
+cudaError_t tk_qgemv_mma_rope(cudaStream_t st, const struct tk_qmat *m, const void *x,
+                              int64_t x_stride, const void *bias, int bdt, void *qkv,
+                              int64_t qkv_stride, const struct tk_rp *rp, int64_t n_tok,
+                              int64_t in, int64_t out);
 /* 4-bit GEMV v6 (cuda_quant_v6.cu): tensor cores with (token, group)
  * columns, built for one token; bits 4, BF16 or F16 scales, group 32/64/128,
  * BF16 x, in % 128 == 0, in / group <= 1024, 16-byte aligned x and q, 4-byte
@@ -171,6 +193,17 @@ enum tern_status tern_cuda_norm_matmul_quant(struct tern_cuda *c, const struct t
                                              const struct tern_linear *w,
                                              const struct tern_dtensor *h, bool glu, void *y,
                                              int ydt, int64_t y_stride, bool *done);
+/* matmul_rope_store for a quantized fused qkv w where matmul would take v3
+ * and tk_qgemv_mma_rope applies (full, non-interleaved rotary; BF16 qkv and
+ * caches): *done tells whether it ran; if not, the caller runs matmul then
+ * qk_rope_store. */
+enum tern_status tern_cuda_matmul_rope_quant(struct tern_cuda *c, const struct tern_dtensor *x,
+                                             const struct tern_linear *w,
+                                             struct tern_dtensor *qkv,
+                                             const struct tern_rope *rope,
+                                             const struct tern_attn_params *p,
+                                             const struct tern_batch_dev *batch,
+                                             struct tern_kv_layer *kv, bool *done);
 /* get_rows on a quantized table: rows gathered and dequantized. */
 enum tern_status tern_cuda_get_rows_quant(struct tern_backend *be, const struct tern_linear *table,
                                           const struct tern_dtensor *idx,

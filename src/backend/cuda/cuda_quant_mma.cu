@@ -58,6 +58,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_qmma.cuh"
 #include "backend/cuda/cuda_quant.h"
+#include "backend/cuda/cuda_rope.cuh"
 
 #include <stdlib.h>
 #include <string.h>
@@ -245,6 +246,47 @@ static __device__ __forceinline__ void qm_norm_prologue(const tk_np &np, int n_t
     __syncthreads();
 }
 
+/* The RP epilogue: acc[0] / acc[1] hold rows r and r + hd / 2 (r = row0 +
+ * g, + 8) of one head for tokens 2 t, 2 t + 1. Each value is rounded to
+ * BF16 as the plain kernel stores it into qkv; a q or k head's pair is then
+ * rotated as k_qk_rope_store does without head norms (rope_rot's
+ * arithmetic, cuda_rope.cuh), and a k / v head's values also go to the
+ * token's cache slot (none when the slot is outside [0, n_slots)). */
+static __device__ __forceinline__ void qm_rope_store(const tk_rp &rp, const float (*acc)[4],
+                                                     int row0, int g, int t, int n_tok,
+                                                     const void *bias, int bdt, bf16 *qkv,
+                                                     int64_t ys)
+{
+    int hd = rp.hd, half = hd / 2;
+    int64_t kvd = (int64_t)rp.n_kv * hd;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int ra = row0 + g + (i >> 1) * 8, rb = ra + half, tok = 2 * t + (i & 1);
+        if (tok >= n_tok) continue;
+        float x1 = acc[0][i], x2 = acc[1][i];
+        if (bias) x1 += tk_ld(bias, bdt, ra), x2 += tk_ld(bias, bdt, rb);
+        x1 = __bfloat162float(__float2bfloat16(x1)); /* as stored in qkv */
+        x2 = __bfloat162float(__float2bfloat16(x2));
+        int h = ra / hd, d = ra % hd;
+        if (h < rp.n_heads + rp.n_kv) {
+            float c, s;
+            tk_rope_cs((float)rp.pos[tok], rp.inv_freq[d], rp.mscale, c, s);
+            tk_rope_pair<bf16>(x1, x2, c, s);
+        }
+        bf16 *row = qkv + tok * ys;
+        row[ra] = __float2bfloat16(x1);
+        row[rb] = __float2bfloat16(x2);
+        int64_t slot = rp.slots[tok];
+        if (h >= rp.n_heads && slot >= 0 && slot < rp.n_slots) {
+            bool is_k = h < rp.n_heads + rp.n_kv;
+            bf16 *dst = (bf16 *)(is_k ? rp.k_cache : rp.v_cache) + slot * kvd +
+                        (int64_t)(h - rp.n_heads - (is_k ? 0 : rp.n_kv)) * hd;
+            dst[d] = __float2bfloat16(x1);
+            dst[d + half] = __float2bfloat16(x2);
+        }
+    }
+}
+
 /* Ring stages per warp: NST at one tile per warp; two stages of TP tiles
  * each above (the same shared memory as NST = 4 at TP = 2, so two blocks
  * still fit an SM). */
@@ -265,25 +307,34 @@ template <int BITS, int GROUP, int TP> struct qm_ring {
  * i0 + g and writes silu(gate) * up (BF16) rounded as tk_silu_mul would
  * from a BF16 gate_up: bitwise the plain kernel then silu_mul (each row's
  * sums do not depend on its place in the tile). */
-template <int BITS, int GROUP, int SDT, bool GLU, bool EPI, bool NP, int TP>
+template <int BITS, int GROUP, int SDT, bool GLU, bool EPI, bool NP, int TP, bool RP>
 static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
     k_qgemv_mma(const bf16 *__restrict__ x, int xs, int n_tok, const uint32_t *__restrict__ q,
                 const uint16_t *__restrict__ sc, const uint16_t *__restrict__ bi,
                 const void *bias, int bdt, void *y, int ydt, int64_t ys, int in, int out,
-                int wsplit, tk_epi epi, tk_np np)
+                int wsplit, tk_epi epi, tk_np np, tk_rp rp)
 {
     static_assert(TP == 1 || !(EPI || NP), "TP > 1: plain and GLU only");
+    static_assert(!RP || (TP == 2 && BITS == 4 && !GLU && !EPI && !NP), "RP: 4-bit plain, TP = 2");
     typedef qm_cfg<BITS, GROUP> C;
     constexpr int NS = qm_ring<BITS, GROUP, TP>::NS;
     extern __shared__ __align__(16) unsigned char qm_ring_s[];
     __shared__ float red[QM_WARPS][32][4];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     int ks = warp % wsplit;
-    int tile0 = (blockIdx.x * (QM_WARPS / wsplit) + warp / wsplit) * TP;
+    int grp = blockIdx.x * (QM_WARPS / wsplit) + warp / wsplit;
     int rpt = GLU ? 8 : 16; /* output rows per tile */
+    /* tile p of this warp: TP consecutive tiles, or (RP) the two tiles of
+     * a head's rotary pairs: pair j of head h takes tiles h hd / 16 + j and
+     * that + hd / 32 */
+    auto tile_of = [&](int p) {
+        if (!RP) return grp * TP + p;
+        int hpt = rp.hd / 32, h = grp / hpt, j = grp % hpt;
+        return h * 2 * hpt + j + p * hpt;
+    };
     /* weight row of row r (0..15) of tile p, clamped into the matrix */
     auto trow = [&](int p, int r) {
-        int row0 = (tile0 + p) * rpt;
+        int row0 = tile_of(p) * rpt;
         if (!GLU) return row0 + r < out ? row0 + r : out - 1;
         int i = row0 + (r & 7) < out ? row0 + (r & 7) : out - 1;
         return r < 8 ? i : out + i;
@@ -305,7 +356,7 @@ static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
     float acc[TP][4];
 #pragma unroll
     for (int p = 0; p < TP; p++) acc[p][0] = acc[p][1] = acc[p][2] = acc[p][3] = 0.0f;
-    int n_mine = tile0 * rpt < out && ks < n_steps ? (n_steps - 1 - ks) / wsplit + 1 : 0;
+    int n_mine = tile_of(0) * rpt < out && ks < n_steps ? (n_steps - 1 - ks) / wsplit + 1 : 0;
     unsigned char *ring = qm_ring_s + warp * (NS * TP * C::STAGE);
 #pragma unroll
     for (int i = 0; i < NS - 1; i++) { /* weights and scales only: before the PDL wait */
@@ -336,9 +387,9 @@ static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
         slot_i = slot_i + 1 == NS ? 0 : slot_i + 1;
     }
     cp_wait<0>();
+    if (wsplit > 1)
 #pragma unroll
-    for (int p = 0; p < TP; p++) {
-        if (wsplit > 1) {
+        for (int p = 0; p < TP; p++) {
             if (p > 0) __syncthreads(); /* tile p - 1's sums have been read */
 #pragma unroll
             for (int i = 0; i < 4; i++) red[warp][lane][i] = acc[p][i];
@@ -348,33 +399,39 @@ static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
 #pragma unroll
                     for (int i = 0; i < 4; i++) acc[p][i] += red[warp + w][lane][i];
         }
-        int row0 = (tile0 + p) * rpt;
-        if (row0 >= out || ks != 0) { /* EPI: every thread still reaches tk_epi_finish */
-        } else if (GLU) {
+    if (RP) {
+        if (ks == 0 && tile_of(0) * rpt < out) qm_rope_store(rp, acc, tile_of(0) * 16, g, t, n_tok,
+                                                             bias, bdt, (bf16 *)y, ys);
+    } else
 #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                int i = row0 + g, tok = 2 * t + c;
-                if (i < out && tok < n_tok) {
-                    float gv = acc[p][c], uv = acc[p][2 + c];
-                    if (bias) gv += tk_ld(bias, bdt, i), uv += tk_ld(bias, bdt, out + i);
-                    gv = __bfloat162float(__float2bfloat16(gv)); /* as stored in gate_up */
-                    uv = __bfloat162float(__float2bfloat16(uv));
-                    ((bf16 *)y)[tok * ys + i] = __float2bfloat16(gv / (1.0f + expf(-gv)) * uv);
+        for (int p = 0; p < TP; p++) {
+            int row0 = tile_of(p) * rpt;
+            if (row0 >= out || ks != 0) { /* EPI: every thread still reaches tk_epi_finish */
+            } else if (GLU) {
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    int i = row0 + g, tok = 2 * t + c;
+                    if (i < out && tok < n_tok) {
+                        float gv = acc[p][c], uv = acc[p][2 + c];
+                        if (bias) gv += tk_ld(bias, bdt, i), uv += tk_ld(bias, bdt, out + i);
+                        gv = __bfloat162float(__float2bfloat16(gv)); /* as stored in gate_up */
+                        uv = __bfloat162float(__float2bfloat16(uv));
+                        ((bf16 *)y)[tok * ys + i] = __float2bfloat16(gv / (1.0f + expf(-gv)) * uv);
+                    }
                 }
-            }
-        } else {
+            } else {
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int row = row0 + g + (i >> 1) * 8, tok = 2 * t + (i & 1);
-                if (row < out && tok < n_tok) {
-                    float v = acc[p][i];
-                    if (bias) v += tk_ld(bias, bdt, row);
-                    if (EPI) tk_epi_store(epi, tok, row, v);
-                    else tk_st(y, ydt, tok * ys + row, v);
+                for (int i = 0; i < 4; i++) {
+                    int row = row0 + g + (i >> 1) * 8, tok = 2 * t + (i & 1);
+                    if (row < out && tok < n_tok) {
+                        float v = acc[p][i];
+                        if (bias) v += tk_ld(bias, bdt, row);
+                        if (EPI) tk_epi_store(epi, tok, row, v);
+                        else tk_st(y, ydt, tok * ys + row, v);
+                    }
                 }
             }
         }
-    }
     if (EPI) tk_epi_finish<QM_WARPS * 32>(epi, n_tok);
 }
 
@@ -403,17 +460,17 @@ extern "C" int tk_qgemv_mma_ok(const struct tk_qmat *m, const void *x, int xdt, 
 
 typedef cudaError_t (*qm_fn)(cudaStream_t, const struct tk_qmat *, const void *, int, int,
                              const void *, int, void *, int, int64_t, int, int, int,
-                             const struct tk_epi *, const struct tk_np *);
+                             const struct tk_epi *, const struct tk_np *, const struct tk_rp *);
 
 /* Shared memory the NP variant adds for n_tok tokens of in values. */
 static int qm_np_bytes(int n_tok, int in) { return n_tok * (in + 8) * 2; }
 
 /* out: rows (GLU: ff, the kernel covering 2 ff rows in 16-row tiles). */
-template <int BITS, int GROUP, int SDT, bool GLU, bool EPI, bool NP, int TP>
+template <int BITS, int GROUP, int SDT, bool GLU, bool EPI, bool NP, int TP, bool RP = false>
 static cudaError_t qm_launch(cudaStream_t st, const struct tk_qmat *m, const void *x, int xs,
                              int n_tok, const void *bias, int bdt, void *y, int ydt, int64_t ys,
                              int in, int out, int wsplit, const struct tk_epi *epi,
-                             const struct tk_np *np)
+                             const struct tk_np *np, const struct tk_rp *rp)
 {
     int ring = qm_ring<BITS, GROUP, TP>::BYTES, dev = 0;
     int smem = ring + (NP ? qm_np_bytes(n_tok, in) : 0);
@@ -421,7 +478,7 @@ static cudaError_t qm_launch(cudaStream_t st, const struct tk_qmat *m, const voi
      * same value; not a stream operation, so legal while capturing a graph). */
     static unsigned attr_set;
     if (cudaGetDevice(&dev) == cudaSuccess && dev < 32 && !((attr_set >> dev) & 1u)) {
-        cudaFuncSetAttribute(k_qgemv_mma<BITS, GROUP, SDT, GLU, EPI, NP, TP>,
+        cudaFuncSetAttribute(k_qgemv_mma<BITS, GROUP, SDT, GLU, EPI, NP, TP, RP>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                              ring + (NP ? qm_np_bytes(TK_NP_MAX_T, 8192) : 0));
         attr_set |= 1u << dev;
@@ -430,11 +487,12 @@ static cudaError_t qm_launch(cudaStream_t st, const struct tk_qmat *m, const voi
     unsigned blocks = (unsigned)tk_cdiv(tk_cdiv(tiles, TP), QM_WARPS / wsplit);
     struct tk_epi none = {};
     struct tk_np no_np = {};
-    return tk_launch(k_qgemv_mma<BITS, GROUP, SDT, GLU, EPI, NP, TP>, dim3(blocks),
+    struct tk_rp no_rp = {};
+    return tk_launch(k_qgemv_mma<BITS, GROUP, SDT, GLU, EPI, NP, TP, RP>, dim3(blocks),
                      dim3(QM_WARPS * 32), (size_t)smem, st, (const bf16 *)x, xs, n_tok,
                      (const uint32_t *)m->q, (const uint16_t *)m->scales,
                      (const uint16_t *)m->biases, bias, bdt, y, ydt, ys, in, out, wsplit,
-                     EPI ? *epi : none, NP ? *np : no_np);
+                     EPI ? *epi : none, NP ? *np : no_np, RP ? *rp : no_rp);
 }
 
 #define QM_ROW(B, L, E, N, TP)                                                                     \
@@ -471,7 +529,8 @@ static cudaError_t qm_passes(const qm_fn (&table)[2][2][3], cudaStream_t st,
                              const struct tk_qmat *m, const void *x, int64_t x_stride,
                              const void *bias, int bdt, void *y, int ydt, int64_t y_stride,
                              int64_t n_tok, int64_t in, int64_t out, int wsplit,
-                             const struct tk_epi *epi, const struct tk_np *np)
+                             const struct tk_epi *epi, const struct tk_np *np,
+                             const struct tk_rp *rp = NULL)
 {
     if (n_tok <= 0 || out <= 0) return cudaSuccess;
     if (!(wsplit == 1 || wsplit == 2 || wsplit == 4 || wsplit == 8)) return cudaErrorInvalidValue;
@@ -481,6 +540,11 @@ static cudaError_t qm_passes(const qm_fn (&table)[2][2][3], cudaStream_t st,
         int nt = (int)(n_tok - t0 < 8 ? n_tok - t0 : 8);
         struct tk_epi e = {};
         struct tk_np p = {};
+        struct tk_rp r = {};
+        if (rp) {
+            r = *rp;
+            r.pos += t0, r.slots += t0;
+        }
         if (np) {
             p = *np;
             p.res += t0 * p.res_stride;
@@ -492,7 +556,8 @@ static cudaError_t qm_passes(const qm_fn (&table)[2][2][3], cudaStream_t st,
         }
         cudaError_t err = f(st, m, (const bf16 *)x + t0 * x_stride, (int)x_stride, nt, bias, bdt,
                             y ? (char *)y + (size_t)(t0 * y_stride) * ysz : NULL, ydt, y_stride,
-                            (int)in, (int)out, wsplit, epi ? &e : NULL, np ? &p : NULL);
+                            (int)in, (int)out, wsplit, epi ? &e : NULL, np ? &p : NULL,
+                            rp ? &r : NULL);
         if (err != cudaSuccess) return err;
     }
     return cudaSuccess;
@@ -558,4 +623,27 @@ extern "C" cudaError_t tk_qgemv_mma_np(cudaStream_t st, const struct tk_qmat *m,
     int64_t rows = glu ? 2 * out : out;
     return qm_passes(glu ? gl : plain, st, m, NULL, in, bias, bdt, y, glu ? TK_BF16 : ydt, y_stride,
                      n_tok, in, out, tk_qgemv_mma_split(m->bits, m->group, in, rows), NULL, np);
+}
+
+extern "C" int tk_qgemv_mma_rope_ok(const struct tk_qmat *m, const struct tk_rp *rp, int64_t out)
+{
+    return m->bits == 4 && rp->hd > 0 && rp->hd % 32 == 0 && rp->hd <= 256 && rp->n_heads > 0 &&
+           rp->n_kv > 0 && out == (int64_t)(rp->n_heads + 2 * rp->n_kv) * rp->hd;
+}
+
+extern "C" cudaError_t tk_qgemv_mma_rope(cudaStream_t st, const struct tk_qmat *m, const void *x,
+                                         int64_t x_stride, const void *bias, int bdt, void *qkv,
+                                         int64_t qkv_stride, const struct tk_rp *rp,
+                                         int64_t n_tok, int64_t in, int64_t out)
+{
+#define QM_RP(G, S) qm_launch<4, G, S, false, false, false, 2, true>
+    static const qm_fn table[2][2][3] = {
+        {{QM_RP(32, TK_BF16), QM_RP(64, TK_BF16), QM_RP(128, TK_BF16)},
+         {QM_RP(32, TK_F16), QM_RP(64, TK_F16), QM_RP(128, TK_F16)}},
+        {{QM_RP(32, TK_BF16), QM_RP(64, TK_BF16), QM_RP(128, TK_BF16)},
+         {QM_RP(32, TK_F16), QM_RP(64, TK_F16), QM_RP(128, TK_F16)}}}; /* 8 bits: never taken */
+#undef QM_RP
+    if (!tk_qgemv_mma_rope_ok(m, rp, out)) return cudaErrorInvalidValue;
+    return qm_passes(table, st, m, x, x_stride, bias, bdt, qkv, TK_BF16, qkv_stride, n_tok, in, out,
+                     tk_qgemv_mma_split(m->bits, m->group, in, out), NULL, NULL, rp);
 }
