@@ -1,22 +1,33 @@
 /*
- * attn_argmax_lab.cu — kernel lab: the decode attention and the argmax,
- * before and after the one-launch decode / cluster argmax rewrite, at the
+ * attn_argmax_lab.cu — kernel lab: the batch-1 decode attention at the
  * Llama-3.1-8B shape (32 q heads, 8 kv heads, head_dim 128, bf16 paged KV
- * cache in 16-position blocks scattered over the pool, vocab 128256).
- * Never linked into the library.
+ * cache in 16-position blocks scattered over the pool), committed kernel vs
+ * working tree, and the cluster argmax (vocab 128256). Never linked into the
+ * library.
  *
- * "before" is the code of commit b7b61da, included from a copy that
- * dev/kernels/attn_argmax_lab.sh makes (namespace old, C linkage dropped);
- * "after" is the working tree's cuda_attn_decode.cu and cuda_ops.cu. Each
- * variant is checked against the other (max abs difference of the BF16
- * outputs; argmax indices equal), then timed: 100 launches captured into a
- * CUDA graph with PDL (as the decode step runs them), 3 warm-up replays,
- * the median of 7 timed replays (CUDA events), printed per launch.
- * `attn_argmax_lab once` launches each variant once (for ncu durations).
+ * "old" is the decode kernel of the commit attn_argmax_lab.sh names,
+ * included from a copy it makes (namespace old, C linkage dropped); "new"
+ * is the working tree's cuda_attn_decode.cu. Outputs are compared (max abs
+ * difference of the BF16 outputs), then timed: n calls captured into one
+ * CUDA graph with PDL, 3 warm-up replays, the median of 7 timed replays
+ * (CUDA events), per call. Three settings: hot (one layer's K/V, L2
+ * resident), cold (32 layers' own pools cycled) and a mock of the step
+ * (each attention followed by its layer's 4-bit o_proj GEMV,
+ * cuda_quant_mma.cu, linked beside). `attn_argmax_lab argmax` times the
+ * argmax instead (old: one 1024-thread block per row).
  * Depends on the CUDA runtime only.
  */
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_rope.cuh"
+
+#include <cooperative_groups.h>
+#include <limits.h>
+
+namespace cur { /* apart from namespace old: argument-dependent lookup sees both */
 #include "backend/cuda/cuda_attn_decode.cu"
+}
 #include "backend/cuda/cuda_ops.cu"
+#include "backend/cuda/cuda_quant.h"
 
 #include <algorithm>
 #include <stdio.h>
@@ -116,14 +127,51 @@ template <typename F> static float time_us(cudaStream_t st, F fn)
     return median(t);
 }
 
+/* us per call of fn(i), i = 0..n-1 (each call may launch several kernels):
+ * all n captured into one graph, median of 7 replays. */
+template <typename F> static float time_seq(cudaStream_t st, int n, F fn)
+{
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < n; i++) CK(fn(i));
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int i = 0; i < 3; i++) CK(cudaGraphLaunch(ge, st));
+    std::vector<float> t;
+    for (int i = 0; i < 7; i++) {
+        CK(cudaEventRecord(e0, st));
+        CK(cudaGraphLaunch(ge, st));
+        CK(cudaEventRecord(e1, st));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        t.push_back(ms * 1000.0f / n);
+    }
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    return median(t);
+}
+
+/* Cold layers: NL layers' own K/V pools (NBL blocks each, for contexts up
+ * to 2048) and own 4-bit o_proj weights ([4096, 4096], g64, BF16 scales),
+ * so a graph cycling over them finds neither in L2, as in the real step. */
+enum { NL = 32, NBL = 2048 / BS + 8, OUT_F = H * D };
+
 struct world {
-    bf16 *k, *v, *q, *out;
+    bf16 *k, *v, *q, *out, *y;
+    bf16 *lk[NL], *lv[NL];
+    int32_t *lbt[NL];
+    struct tk_qmat wo[NL];
     int32_t *pos, *qs, *lens, *bt;
     float *ws, *ws_old; /* apart: the new kernel's counters live at its start */
     int n_sm;
 };
 
-static struct tk_attn_args args(const world &w, int bucket)
+static struct tk_attn_args args(const world &w, int bucket, int layer = -1)
 {
     struct tk_attn_args a = {};
     a.q = w.q, a.q_stride = (H + 2 * KVH) * D, a.k_cache = w.k, a.v_cache = w.v, a.out = w.out;
@@ -131,6 +179,10 @@ static struct tk_attn_args args(const world &w, int bucket)
     a.block_tables = w.bt, a.n_seqs = 1, a.max_blocks_per_seq = NB, a.block_size = BS;
     a.n_heads = H, a.n_kv_heads = KVH, a.head_dim = D, a.scale = 1.0f / sqrtf((float)D);
     a.max_q_len = 1, a.max_seq_len = bucket;
+    if (layer >= 0) {
+        a.k_cache = w.lk[layer], a.v_cache = w.lv[layer], a.block_tables = w.lbt[layer];
+        a.max_blocks_per_seq = NBL;
+    }
     return a;
 }
 
@@ -150,55 +202,176 @@ static float out_diff(const world &w, std::vector<uint16_t> &ref, bool keep)
     return md;
 }
 
-static void attention(cudaStream_t st, world &w, bool once)
+/* The glue's default-mode blocks per sequence (batch 1), capped at cap. */
+static int n_default(const world &w, int bucket, int cap)
 {
-    int ctxs[] = {64, 128, 256, 600, 1024, 2048, 4096, 8192, 16384, 32768};
-    printf("decode attention, batch 1, Llama-3.1-8B shape: us per layer (graph of 100, PDL)\n");
-    printf("%6s %6s | %8s %8s %6s | %8s %8s %6s | %9s\n", "ctx", "bucket", "old", "new", "x",
-           "old det", "new det", "x", "max|diff|");
+    int want = (2 * w.n_sm + KVH - 1) / KVH;
+    return std::max(1, std::min(std::min(want, (bucket + 63) / 64), cap));
+}
+
+static void set_ctx(world &w, int ctx)
+{
+    int32_t hp[2] = {ctx - 1, ctx};
+    CK(cudaMemcpy(w.pos, &hp[0], 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(w.lens, &hp[1], 4, cudaMemcpyHostToDevice));
+}
+
+static __global__ void k_empty(void) {}
+
+/* The variants timed: the committed kernel (old) and the working tree's
+ * (new: its own warps and cluster rule, tk_attn_decode), then the working
+ * tree's with W warps per block and clusters up to cl (1: the workspace
+ * merge), and "c16": at most 16 blocks per sequence (so a cluster). Default
+ * split rule (min 64 positions, n_target = blocks launched). */
+struct variant {
+    const char *name;
+    int kind, w, cl, cap; /* kind 0 old, 1 new, 2 new's templates with w, cl */
+};
+static const variant VARS[] = {{"old", 0, 0, 0, 1 << 30},  {"new", 1, 0, 0, 1 << 30},
+                               {"w8 ws", 2, 8, 1, 1 << 30}, {"w4 cl", 2, 4, 16, 1 << 30},
+                               {"w4 ws", 2, 4, 1, 1 << 30}, {"new c16", 1, 0, 0, 16},
+                               {"new c8", 1, 0, 0, 8},       {"ws c16", 2, 8, 1, 16}};
+enum { NV = sizeof VARS / sizeof VARS[0] };
+
+static cudaError_t run_var(cudaStream_t st, const variant &v, const struct tk_attn_args &a, int n,
+                           float *ws, float *ws_old)
+{
+    struct cur::dec_rule r = {64, INT_MAX, n};
+    struct tk_qkr_args none = {};
+    if (v.kind == 0) return old::tk_attn_decode(st, &a, NULL, 64, INT_MAX, n, n, ws_old);
+    if (v.kind == 1) return tk_attn_decode(st, &a, NULL, 64, INT_MAX, n, n, ws);
+    if (v.w == 8) return cur::decode_launch_p<D, 4, 8, false>(st, &a, none, r, n, v.cl, ws);
+    return cur::decode_launch_p<D, 4, 4, false>(st, &a, none, r, n, v.cl, ws);
+}
+
+/* Hot: one pool, 100 launches of one layer (K/V stay in L2); the outputs
+ * of every variant against old's; then the deterministic rule, old and
+ * new; CL=WS: the new kernel with n_splits 16 (cluster merge) and 17
+ * (workspace merge) for the same per-sequence split, bitwise. */
+static void attention_hot(cudaStream_t st, world &w)
+{
+    int ctxs[] = {64, 256, 600, 1024, 2048, 4096, 8192, 32768};
+    printf("hot (L2-resident K/V): us per layer (graph of 100, PDL)\n%6s %3s |", "ctx", "n");
+    for (const variant &v : VARS) printf(" %8s", v.name);
+    printf(" | %7s %7s | %9s %5s\n", "old det", "new det", "max|diff|", "CL=WS");
     for (int ctx : ctxs) {
         int bucket = 256;
         while (bucket < ctx) bucket *= 2;
-        int32_t hp[3] = {ctx - 1, ctx, 0};
-        CK(cudaMemcpy(w.pos, &hp[0], 4, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(w.lens, &hp[1], 4, cudaMemcpyHostToDevice));
+        set_ctx(w, ctx);
         struct tk_attn_args a = args(w, bucket);
-        int per = KVH, want = (2 * w.n_sm + per - 1) / per;
-        int olen = std::max(64, ((bucket + want - 1) / want + 63) / 64 * 64);
-        int on = (bucket + olen - 1) / olen;
-        int nn = std::max(1, std::min(want, (bucket + 63) / 64));
-        int odn = (bucket + 255) / 256;
+        int nn = n_default(w, bucket, 1 << 30);
         int ndn = std::max(std::min((bucket + 63) / 64, 16), (bucket + 255) / 256);
-        auto f_old = [&] { return old::tk_attn_decode(st, &a, olen, on, w.ws_old); };
-        auto f_new = [&] { return tk_attn_decode(st, &a, 64, INT_MAX, nn, nn, w.ws); };
-        auto f_odet = [&] { return old::tk_attn_decode(st, &a, 256, odn, w.ws_old); };
-        auto f_ndet = [&] { return tk_attn_decode(st, &a, 64, 256, 16, ndn, w.ws); };
-        if (once) {
-            if (ctx == 64 || ctx == 600 || ctx == 1024 || ctx == 8192 || ctx == 32768) {
-                CK(f_old());
-                CK(f_new());
-            }
-            continue;
+        std::vector<uint16_t> ref, r16;
+        float md = 0.0f, t[NV];
+        for (int i = 0; i < NV; i++) {
+            int n = n_default(w, bucket, VARS[i].cap);
+            CK(run_var(st, VARS[i], a, n, w.ws, w.ws_old));
+            CK(cudaStreamSynchronize(st));
+            md = std::max(md, out_diff(w, ref, i == 0));
+            t[i] =
+                time_seq(st, 100, [&](int) { return run_var(st, VARS[i], a, n, w.ws, w.ws_old); });
         }
-        std::vector<uint16_t> ref;
-        CK(f_old());
-        CK(cudaStreamSynchronize(st));
-        out_diff(w, ref, true);
-        float md = 0.0f;
-        CK(f_new());
-        CK(cudaStreamSynchronize(st));
-        md = std::max(md, out_diff(w, ref, false));
-        CK(f_ndet());
+        auto f_odet = [&](int) {
+            return old::tk_attn_decode(st, &a, NULL, 64, 256, 16, ndn, w.ws_old);
+        };
+        auto f_ndet = [&](int) { return tk_attn_decode(st, &a, NULL, 64, 256, 16, ndn, w.ws); };
+        CK(f_ndet(0));
         CK(cudaStreamSynchronize(st));
         md = std::max(md, out_diff(w, ref, false));
-        CK(f_odet());
+        /* cluster vs workspace merge, same split (det rule: n <= 16 up to 4096) */
+        CK(tk_attn_decode(st, &a, NULL, 64, 256, 16, 16, w.ws));
         CK(cudaStreamSynchronize(st));
-        md = std::max(md, out_diff(w, ref, false));
-        float t0 = time_us(st, f_old), t1 = time_us(st, f_new);
-        float t2 = time_us(st, f_odet), t3 = time_us(st, f_ndet);
-        printf("%6d %6d | %8.2f %8.2f %6.2f | %8.2f %8.2f %6.2f | %9.5f\n", ctx, bucket, t0, t1,
-               t0 / t1, t2, t3, t2 / t3, md);
+        out_diff(w, r16, true);
+        CK(tk_attn_decode(st, &a, NULL, 64, 256, 16, 17, w.ws));
+        CK(cudaStreamSynchronize(st));
+        std::vector<uint16_t> o1(H * D);
+        CK(cudaMemcpy(o1.data(), w.out, o1.size() * 2, cudaMemcpyDeviceToHost));
+        bool same = memcmp(o1.data(), r16.data(), o1.size() * 2) == 0;
+        float t2 = time_seq(st, 100, f_odet), t3 = time_seq(st, 100, f_ndet);
+        printf("%6d %3d |", ctx, nn);
+        for (int i = 0; i < NV; i++) printf(" %8.2f", t[i]);
+        printf(" | %7.2f %7.2f | %9.5f %5s\n", t2, t3, md, same ? "yes" : "NO");
     }
+}
+
+/* Cold, and inside a mock of the step: 96 calls cycling over the NL layers.
+ * "cold": the attention alone; "in step": each attention followed by its
+ * layer's 4-bit o_proj GEMV (x = the attention output, launched with PDL:
+ * its first weight stages load while the attention runs), minus the GEMVs
+ * alone (o); "no overlap": an empty kernel (no PDL) between the two, so the
+ * GEMV's early loads overlap the empty kernel instead, minus (empty +
+ * GEMV) alone (e+o). */
+static void attention_step(cudaStream_t st, world &w)
+{
+    int ctxs[] = {256, 600, 1024, 2048};
+    auto gemv = [&](int l) {
+        return tk_qgemv_mma(st, &w.wo[l], w.out, OUT_F, NULL, TK_BF16, w.y, TK_BF16, OUT_F, 1,
+                            OUT_F, OUT_F);
+    };
+    auto empty = [&]() {
+        k_empty<<<1, 32, 0, st>>>();
+        return cudaGetLastError();
+    };
+    float to = time_seq(st, 96, [&](int i) { return gemv(i % NL); });
+    float teo = time_seq(st, 96, [&](int i) {
+        cudaError_t e = empty();
+        return e != cudaSuccess ? e : gemv(i % NL);
+    });
+    printf("cold (%d layers cycled) / in a step mock / no GEMV overlap: us per layer (graph of "
+           "96, PDL); o alone %.2f, e+o alone %.2f\n%6s |", NL, to, teo, "ctx");
+    for (const variant &v : VARS) printf(" %20s", v.name);
+    printf("\n");
+    for (int ctx : ctxs) {
+        int bucket = 256;
+        while (bucket < ctx) bucket *= 2;
+        set_ctx(w, ctx);
+        printf("%6d |", ctx);
+        for (int i = 0; i < NV; i++) {
+            int n = n_default(w, bucket, VARS[i].cap);
+            auto at = [&](int l) {
+                struct tk_attn_args a = args(w, bucket, l);
+                return run_var(st, VARS[i], a, n, w.ws, w.ws_old);
+            };
+            float tc = time_seq(st, 96, [&](int k) { return at(k % NL); });
+            float tp = time_seq(st, 96, [&](int k) {
+                cudaError_t e = at(k % NL);
+                return e != cudaSuccess ? e : gemv(k % NL);
+            });
+            float tep = time_seq(st, 96, [&](int k) {
+                cudaError_t e = at(k % NL);
+                if (e == cudaSuccess) e = empty();
+                return e != cudaSuccess ? e : gemv(k % NL);
+            });
+            printf(" %6.2f/%6.2f/%6.2f", tc, tp - to, tep - teo);
+        }
+        printf("\n");
+    }
+}
+
+static void world_layers(world &w)
+{
+    size_t kvn = (size_t)NBL * BS * KVH * D;
+    size_t qn = (size_t)OUT_F * OUT_F / 8, sn = (size_t)OUT_F * (OUT_F / 64);
+    for (int l = 0; l < NL; l++) {
+        CK(cudaMalloc(&w.lk[l], kvn * 2));
+        CK(cudaMalloc(&w.lv[l], kvn * 2));
+        k_fill<<<256, 256>>>(w.lk[l], (int64_t)kvn, 11 + l);
+        k_fill<<<256, 256>>>(w.lv[l], (int64_t)kvn, 71 + l);
+        std::vector<int32_t> bt(NBL);
+        for (int i = 0; i < NBL; i++) bt[i] = i;
+        for (int i = NBL - 1; i > 0; i--) std::swap(bt[i], bt[rnd() % (i + 1)]);
+        CK(cudaMalloc(&w.lbt[l], NBL * 4));
+        CK(cudaMemcpy(w.lbt[l], bt.data(), NBL * 4, cudaMemcpyHostToDevice));
+        void *q, *sc, *bi;
+        CK(cudaMalloc(&q, qn * 4));
+        CK(cudaMalloc(&sc, sn * 2));
+        CK(cudaMalloc(&bi, sn * 2));
+        k_fill<<<256, 256>>>((bf16 *)q, (int64_t)qn * 2, 131 + l);
+        k_fill<<<64, 256>>>((bf16 *)sc, (int64_t)sn, 191 + l);
+        k_fill<<<64, 256>>>((bf16 *)bi, (int64_t)sn, 251 + l);
+        w.wo[l] = (struct tk_qmat){q, sc, bi, TK_BF16, 4, 64};
+    }
+    CK(cudaMalloc(&w.y, OUT_F * 2));
 }
 
 static void argmax(cudaStream_t st, bool once)
@@ -242,7 +415,7 @@ static void argmax(cudaStream_t st, bool once)
 
 int main(int argc, char **argv)
 {
-    bool once = argc > 1 && strcmp(argv[1], "once") == 0;
+    bool am = argc > 1 && strcmp(argv[1], "argmax") == 0;
     world w;
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -261,6 +434,7 @@ int main(int argc, char **argv)
     CK(cudaMalloc(&w.ws, (size_t)128 << 20));
     CK(cudaMemset(w.ws, 0, (size_t)128 << 20));
     CK(cudaMalloc(&w.ws_old, (size_t)128 << 20));
+    CK(cudaMemset(w.ws_old, 0, (size_t)128 << 20));
     k_fill<<<1024, 256>>>(w.k, (int64_t)kvn, 1);
     k_fill<<<1024, 256>>>(w.v, (int64_t)kvn, 2);
     k_fill<<<16, 256>>>(w.q, (H + 2 * KVH) * D, 3);
@@ -270,10 +444,15 @@ int main(int argc, char **argv)
     int32_t qs[2] = {0, 1};
     CK(cudaMemcpy(w.bt, bt.data(), NB * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(w.qs, qs, 8, cudaMemcpyHostToDevice));
+    world_layers(w);
     CK(cudaDeviceSynchronize());
     printf("%s, %d SMs\n", prop.name, w.n_sm);
-    attention(st, w, once);
-    argmax(st, once);
+    if (am) {
+        argmax(st, false);
+    } else {
+        attention_hot(st, w);
+        attention_step(st, w);
+    }
     CK(cudaDeviceSynchronize());
     return 0;
 }

@@ -32,9 +32,9 @@
 
 #include <limits.h>
 
-/* Fewest KV positions per decode split: a block's 4 warps take 16 each, in
- * two steps of 8 (32 was measured slower from 600 to 4096 positions: more
- * splits to merge for no shorter pass). */
+/* Fewest KV positions per decode split: one step of 8 rows for each of a
+ * block's 8 warps at the 8B shape (32 was measured slower from 600 to 4096
+ * positions with 4 warps: more splits to merge for no shorter pass). */
 #define DECODE_MIN_SPLIT 64
 /* Deterministic mode: splits per sequence before splits grow past
  * TERN_CUDA_DET_SPLIT positions. */

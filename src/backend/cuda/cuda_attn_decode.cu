@@ -6,10 +6,13 @@
  * the G = n_heads / n_kv_heads query heads that share the kv head (so each
  * K/V row is read once for all of them) and the KV positions
  * [split * len, (split + 1) * len) of its sequence, clipped to the causal
- * range and the sliding window. Its 4 warps take U tokens each in turn
+ * range and the sliding window. Its W warps (8 where their states fit in
+ * shared memory, G * D <= 1024, else 4: dec_cfg) take U tokens each in turn
  * (the next U rows are loaded while the current ones are computed; the
  * first U are loaded for the query position L - 1 while the position is
- * still on its way, and reloaded in the rare case it is another); lane l
+ * still on its way, and reloaded in the rare case it is another; the block
+ * copies the first DEC_BT block-table entries to shared memory first, so a
+ * row's slot there is a shared load); lane l
  * holds dims [l * D/32, (l + 1) * D/32) of q, k, v, so a K or V row is one
  * coalesced warp load. Scores live in log2 units (scale * log2 e folded
  * into q) for exp2f. The warps' online-softmax states are merged in shared
@@ -22,12 +25,19 @@
  * blocks. The glue picks (min_len, max_len, n_target) and launches at least
  * the n of the longest possible sequence; blocks past a sequence's n exit.
  *
- * A sequence with one split writes its BF16 output row directly. Otherwise
- * each block writes (m, l, unnormalised acc) per head to the workspace, and
- * the last block of its (kv head, sequence) to finish (an atomic counter;
- * the last block resets it to 0, so the next launch and graph replays start
- * from zero) merges the splits in split-index order: the result depends
- * only on the sequence and its split length, never on which block came last.
+ * A sequence with one split writes its BF16 output row directly. Otherwise,
+ * with at most DEC_CLUSTER_MAX blocks per (kv head, sequence) and short
+ * splits (decode_launch), those blocks are one thread-block cluster: each
+ * keeps its (m, l, unnormalised acc) per head in shared memory, and after a
+ * cluster barrier the cluster's threads merge the live splits in
+ * split-index order through distributed shared memory (a second barrier
+ * keeps the partials alive until read). Otherwise each block writes its
+ * partials to the workspace, and the last block of
+ * its (kv head, sequence) to finish (an atomic counter; the last block
+ * resets it to 0, so the next launch and graph replays start from zero)
+ * merges them in split-index order. Both merges run the same arithmetic
+ * (merge_splits), so the result depends only on the sequence and its split
+ * length: never on the path, the batch, or which block came last.
  *
  * Workspace (tk_attn_decode_ws_bytes): DEC_CNT uint32 counters (zero at the
  * context's creation, [S, n_kv_heads] used), then floats m, l:
@@ -50,9 +60,11 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_rope.cuh"
 
+#include <cooperative_groups.h>
 #include <limits.h>
 
-#define DEC_WARPS 4
+namespace cg = cooperative_groups;
+
 #define DEC_CNT 65536 /* counters at the workspace start: n_seqs * n_kv_heads at most */
 #define LOG2E 1.4426950408889634f
 
@@ -131,13 +143,21 @@ template <int EPL> static __device__ __forceinline__ void st_raw(bf16 *p, const 
     else *(uint32_t *)p = w[0];
 }
 
+/* Block-table entries every block copies to shared memory as it starts: a
+ * K/V row in the first DEC_BT * block_size positions then takes its slot
+ * from there. (Meant to load beside the sequence's length; as written the
+ * copy loop's stores wait for its loads before the length's loads issue, so
+ * it saves no round trip yet: load the entry into a register after the
+ * length's loads, then store it.) */
+#define DEC_BT 256
+
 /* Loads the U K and V rows from position j0 on (clamped to k1 - 1). PRO: a
  * row in cache slot s_new (the token's own, being written) is not loaded;
  * its bit in the returned mask says take_fresh must fill it. */
 template <int EPL, int U, bool PRO>
 static __device__ __forceinline__ unsigned ld_kv(const struct tk_attn_args &a, const int32_t *bt,
-                                                 int g, int lane, int j0, int k1, int64_t s_new,
-                                                 uint32_t (&kr)[U][EPL / 2],
+                                                 const int *sbt, int g, int lane, int j0, int k1,
+                                                 int64_t s_new, uint32_t (&kr)[U][EPL / 2],
                                                  uint32_t (&vr)[U][EPL / 2])
 {
     constexpr int D = EPL * 32;
@@ -145,8 +165,10 @@ static __device__ __forceinline__ unsigned ld_kv(const struct tk_attn_args &a, c
     unsigned fresh = 0;
 #pragma unroll
     for (int u = 0; u < U; u++) {
-        int j = j0 + u < k1 ? j0 + u : k1 - 1;
-        int64_t slot = (int64_t)bt[j / a.block_size] * a.block_size + j % a.block_size;
+        int j = j0 + u < k1 ? j0 + u : k1 - 1; /* the same for the whole warp */
+        int jb = j / a.block_size;
+        int blk = jb < DEC_BT ? sbt[jb] : bt[jb];
+        int64_t slot = (int64_t)blk * a.block_size + j % a.block_size;
         if (PRO && slot == s_new) {
             fresh |= 1u << u;
             continue;
@@ -175,18 +197,19 @@ static __device__ __forceinline__ void take_fresh(unsigned fresh, uint32_t (&kr)
 /* One warp's online softmax over its tokens of [k0, k1): U rows per step
  * (the first step's already in kr / vr), the next step's rows loaded before
  * the current ones are used. */
-template <int D, int GM, int U, bool PRO>
+template <int D, int GM, int U, int W, bool PRO>
 static __device__ __forceinline__ void
-warp_attend(const struct tk_attn_args &a, const int32_t *bt, int g, int lane, int warp, int k0,
-            int k1, int64_t s_new, const uint32_t (&kf)[D / 64], const uint32_t (&vf)[D / 64],
-            uint32_t (&kr)[U][D / 64], uint32_t (&vr)[U][D / 64], const float (&qf)[GM][D / 32],
-            float (&m)[GM], float (&l)[GM], float (&acc)[GM][D / 32])
+warp_attend(const struct tk_attn_args &a, const int32_t *bt, const int *sbt, int g, int lane,
+            int warp, int k0, int k1, int64_t s_new, const uint32_t (&kf)[D / 64],
+            const uint32_t (&vf)[D / 64], uint32_t (&kr)[U][D / 64], uint32_t (&vr)[U][D / 64],
+            const float (&qf)[GM][D / 32], float (&m)[GM], float (&l)[GM], float (&acc)[GM][D / 32])
 {
-    constexpr int EPL = D / 32, STEP = DEC_WARPS * U;
+    constexpr int EPL = D / 32, STEP = W * U;
     for (int j0 = k0 + warp * U; j0 < k1; j0 += STEP) {
         uint32_t kn[U][EPL / 2], vn[U][EPL / 2];
         if (j0 + STEP < k1) {
-            unsigned fresh = ld_kv<EPL, U, PRO>(a, bt, g, lane, j0 + STEP, k1, s_new, kn, vn);
+            unsigned fresh =
+                ld_kv<EPL, U, PRO>(a, bt, sbt, g, lane, j0 + STEP, k1, s_new, kn, vn);
             if (PRO) take_fresh<EPL, U>(fresh, kn, vn, kf, vf);
         }
 #pragma unroll
@@ -223,30 +246,28 @@ warp_attend(const struct tk_attn_args &a, const int32_t *bt, int g, int lane, in
     }
 }
 
-/* The last block of a (kv head, sequence): merges its n_live splits in
- * index order into the BF16 output, four dims per thread, MERGE_CHUNK
- * splits' partials loaded at a time (online: the running max moves once
- * per chunk). */
+/* Merges a (kv head, sequence)'s n_live split partials in index order into
+ * the BF16 output, four dims per thread (items i0, i0 + istride, ... of
+ * G * D / 4), MERGE_CHUNK splits' partials loaded at a time (online: the
+ * running max moves once per chunk). ld(h, k, d, m, l, acc4) loads split
+ * k's partial of head h (dims d..d+3): from the workspace (the last block to
+ * finish) or from the cluster's shared memory; the arithmetic is the same,
+ * so both give the same bits. */
 #define MERGE_CHUNK 8
-template <int D>
-static __device__ __forceinline__ void merge_splits(const struct tk_attn_args &a, struct dec_ws w,
-                                                    int64_t base, int n_splits, int n_live,
-                                                    int64_t orow, int G)
+template <int D, typename LD>
+static __device__ __forceinline__ void merge_splits(const struct tk_attn_args &a, LD ld, int n_live,
+                                                    int64_t orow, int G, int i0, int istride)
 {
-    for (int i = threadIdx.x * 4; i < G * D; i += blockDim.x * 4) {
+    for (int i = i0 * 4; i < G * D; i += istride * 4) {
         int h = i / D, d = i % D;
-        int64_t b = base + (int64_t)h * n_splits;
         float M = -INFINITY, sl = 0.0f, sa[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < n_live; k0 += MERGE_CHUNK) {
             float mk[MERGE_CHUNK], lk[MERGE_CHUNK];
             float4 ak[MERGE_CHUNK];
 #pragma unroll
             for (int u = 0; u < MERGE_CHUNK; u++) {
-                bool in = k0 + u < n_live;
-                mk[u] = in ? __ldcg(w.m + b + k0 + u) : -INFINITY;
-                lk[u] = in ? __ldcg(w.l + b + k0 + u) : 0.0f;
-                ak[u] = in ? __ldcg((const float4 *)(w.acc + (b + k0 + u) * D + d))
-                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                mk[u] = -INFINITY, lk[u] = 0.0f, ak[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (k0 + u < n_live) ld(h, k0 + u, d, mk[u], lk[u], ak[u]);
             }
             float Mc = M;
 #pragma unroll
@@ -269,7 +290,8 @@ static __device__ __forceinline__ void merge_splits(const struct tk_attn_args &a
         if (M != -INFINITY)
 #pragma unroll
             for (int e = 0; e < 4; e++) o[e] = sa[e] / sl;
-        __nv_bfloat162 lo = __floats2bfloat162_rn(o[0], o[1]), hi = __floats2bfloat162_rn(o[2], o[3]);
+        __nv_bfloat162 lo = __floats2bfloat162_rn(o[0], o[1]),
+                       hi = __floats2bfloat162_rn(o[2], o[3]);
         uint2 u = {*(uint32_t *)&lo, *(uint32_t *)&hi};
         *(uint2 *)((bf16 *)a.out + orow + (int64_t)h * D + d) = u;
     }
@@ -306,7 +328,8 @@ static __device__ __forceinline__ void pro_prep(const struct tk_attn_args &a,
         tk_rope_cs((float)pos, pr.inv_freq[threadIdx.x], pr.mscale, s_c[threadIdx.x],
                    s_s[threadIdx.x]);
     __syncthreads();
-    for (int h = warp; h <= G; h += DEC_WARPS) { /* one warp per head, as qk_rope_store */
+    /* one warp per head, as qk_rope_store */
+    for (int h = warp; h <= G; h += (int)(blockDim.x >> 5)) {
         float *x = s_x[h];
         if (pr.q_norm) {
             const void *w = h < G ? pr.q_norm : pr.k_norm;
@@ -345,7 +368,7 @@ static __device__ __forceinline__ void
 dec_start(const struct tk_attn_args &a, const struct tk_qkr_args &pr, const int32_t *bt, int g,
           int sp, int len, int qs, int L, int64_t s_new, int &k0, int &k1,
           float (&qf)[GM][D / 32], uint32_t (&kf)[D / 64], uint32_t (&vf)[D / 64],
-          uint32_t (&kr)[U][D / 64], uint32_t (&vr)[U][D / 64])
+          uint32_t (&kr)[U][D / 64], uint32_t (&vr)[U][D / 64], const int *sbt)
 {
     constexpr int EPL = D / 32;
     int G = a.n_heads / a.n_kv_heads;
@@ -353,7 +376,7 @@ dec_start(const struct tk_attn_args &a, const struct tk_qkr_args &pr, const int3
     k0 = max(win > 0 ? max(0, L - win) : 0, sp * len), k1 = min(L, (sp + 1) * len);
     unsigned fresh = 0;
     if (k0 + warp * U < k1)
-        fresh = ld_kv<EPL, U, PRO>(a, bt, g, lane, k0 + warp * U, k1, s_new, kr, vr);
+        fresh = ld_kv<EPL, U, PRO>(a, bt, sbt, g, lane, k0 + warp * U, k1, s_new, kr, vr);
     int pos = a.positions[qs];
     float qscale = a.softcap > 0.0f ? a.scale : a.scale * LOG2E;
     if (PRO) pro_prep<D, GM>(a, pr, g, qs, pos, qscale, qf, kf, vf);
@@ -361,7 +384,7 @@ dec_start(const struct tk_attn_args &a, const struct tk_qkr_args &pr, const int3
         int lo = win > 0 ? max(0, pos - win + 1) : 0;
         k0 = max(lo, sp * len), k1 = min(min(pos + 1, L), (sp + 1) * len);
         if (k0 + warp * U < k1)
-            fresh = ld_kv<EPL, U, PRO>(a, bt, g, lane, k0 + warp * U, k1, s_new, kr, vr);
+            fresh = ld_kv<EPL, U, PRO>(a, bt, sbt, g, lane, k0 + warp * U, k1, s_new, kr, vr);
     }
     if (PRO) {
         take_fresh<EPL, U>(fresh, kr, vr, kf, vf);
@@ -384,36 +407,34 @@ dec_start(const struct tk_attn_args &a, const struct tk_qkr_args &pr, const int3
     }
 }
 
-template <int D, int GM, bool PRO>
-static __global__ void __launch_bounds__(DEC_WARPS * 32)
-    k_attn_decode(struct tk_attn_args a, struct tk_qkr_args pr, struct dec_rule rule, int n_splits,
-                  float *ws)
+/* Warps per block: 8 where their states fit the 48 KB of static shared
+ * memory (G * D <= 1024: the 8B shape's 4 x 128), else 4; U rows per warp
+ * step. */
+template <int D, int GM> struct dec_cfg {
+    static constexpr int W = GM * D <= 1024 ? 8 : 4;
+    static constexpr int U = D / 32 * GM <= 32 ? 8 : 4;
+};
+
+/* One block's split: the online softmax of its W warps over [k0, k1),
+ * merged in warp order. One split (n_live == 1): the output row itself.
+ * Otherwise the partial (m, l, unnormalised acc) per head goes to this
+ * block's shared memory (CL: s_acc[0], s_pm, s_pl, read by the cluster) or
+ * to the workspace. */
+template <int D, int GM, int W, bool PRO, bool CL>
+static __device__ __forceinline__ void
+dec_split(const struct tk_attn_args &a, const struct tk_qkr_args &pr, int n_splits, float *ws,
+          const int32_t *bt, int s, int g, int sp, int qs, int L, int len, int n_live,
+          int64_t s_new, const int *sbt, float (*s_acc)[GM][D], float *s_pm, float *s_pl)
 {
-    constexpr int EPL = D / 32, U = EPL * GM <= 32 ? 8 : 4;
-    __shared__ float s_acc[DEC_WARPS][GM][D];
-    __shared__ float s_m[DEC_WARPS][GM], s_l[DEC_WARPS][GM];
-    __shared__ int s_last;
-    tk_pdl_wait(); /* PDL (cuda_common.cuh): nothing is touched before this */
-    tk_pdl_launch();
-    int s = blockIdx.z, g = blockIdx.y, sp = blockIdx.x;
-    int qs = a.query_start[s], qe = a.query_start[s + 1], L = a.seq_lens[s];
-    if (qe - qs != 1) return;
-    int len = split_len_of(L, rule, n_splits);
-    int n_live = (int)tk_cdiv(L, len);
-    /* the merge reads only live splits; PRO: split 0 stores the new rows */
-    if (sp >= n_live && !(PRO && sp == 0)) return;
-    int64_t s_new = -1;
-    if (PRO) {
-        int64_t slot = pr.slots[qs];
-        s_new = slot >= 0 && slot < pr.n_slots ? slot : -1;
-    }
+    constexpr int EPL = D / 32, U = dec_cfg<D, GM>::U;
+    __shared__ float s_m[W][GM], s_l[W][GM];
     int G = a.n_heads / a.n_kv_heads;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int32_t *bt = a.block_tables + (int64_t)s * a.max_blocks_per_seq;
     int k0, k1;
     float qf[GM][EPL];
     uint32_t kr[U][EPL / 2], vr[U][EPL / 2], kf[EPL / 2], vf[EPL / 2];
-    dec_start<D, GM, U, PRO>(a, pr, bt, g, sp, len, qs, L, s_new, k0, k1, qf, kf, vf, kr, vr);
+    __syncthreads(); /* sbt is written */
+    dec_start<D, GM, U, PRO>(a, pr, bt, g, sp, len, qs, L, s_new, k0, k1, qf, kf, vf, kr, vr, sbt);
     if (sp >= n_live) return; /* PRO, a sequence of no positions */
     float m[GM], l[GM], acc[GM][EPL];
 #pragma unroll
@@ -423,7 +444,8 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32)
 #pragma unroll
         for (int e = 0; e < EPL; e++) acc[h][e] = 0.0f;
     }
-    warp_attend<D, GM, U, PRO>(a, bt, g, lane, warp, k0, k1, s_new, kf, vf, kr, vr, qf, m, l, acc);
+    warp_attend<D, GM, U, W, PRO>(a, bt, sbt, g, lane, warp, k0, k1, s_new, kf, vf, kr, vr, qf, m,
+                                  l, acc);
     /* Merge the warps' states in warp order. */
 #pragma unroll
     for (int h = 0; h < GM; h++) {
@@ -436,23 +458,27 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32)
     }
     __syncthreads();
     int H = a.n_heads;
-    int64_t shn = (int64_t)a.n_seqs * H * n_splits;
-    struct dec_ws w = dec_views(ws, shn);
+    struct dec_ws w = dec_views(ws, (int64_t)a.n_seqs * H * n_splits);
     int64_t base = ((int64_t)s * H + g * G) * n_splits; /* + h * n_splits + split */
     int64_t orow = (int64_t)qs * a.out_stride + (int64_t)g * G * D;
     for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
         int h = i / D, d = i % D;
         float M = -INFINITY;
-        for (int v = 0; v < DEC_WARPS; v++) M = fmaxf(M, s_m[v][h]);
+        for (int v = 0; v < W; v++) M = fmaxf(M, s_m[v][h]);
         float Ms = M == -INFINITY ? 0.0f : M;
         float sl = 0.0f, sa = 0.0f;
-        for (int v = 0; v < DEC_WARPS; v++) {
+        for (int v = 0; v < W; v++) {
             float f = exp2f(s_m[v][h] - Ms);
             sl += s_l[v][h] * f;
             sa += s_acc[v][h][d] * f;
         }
         if (n_live == 1) { /* the whole sequence: the output row itself */
             ((bf16 *)a.out)[orow + i] = __float2bfloat16(M == -INFINITY ? 0.0f : sa / sl);
+            continue;
+        }
+        if (CL) { /* only this thread touches element (h, d) of s_acc */
+            s_acc[0][h][d] = sa;
+            if (d == 0) s_pm[h] = M, s_pl[h] = sl;
             continue;
         }
         int64_t idx = base + (int64_t)h * n_splits + sp;
@@ -462,17 +488,81 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32)
             w.l[idx] = sl;
         }
     }
-    if (n_live == 1) return;
+}
+
+/* Blocks per (kv head, sequence) up to which they may form one thread-block
+ * cluster and merge through distributed shared memory (no workspace, no
+ * counter); more splits take the workspace and the last block. Clusters
+ * only where a split of the launch's longest sequence (max_seq_len) is at
+ * most one step of its block (W * U rows: 64 at the 8B shape): with longer
+ * splits, the H200 ran a 16-block cluster (placed within one GPC) slower
+ * than the same split merged through the workspace (docs/perf/cuda-model.md,
+ * 2026-11-30). */
+#define DEC_CLUSTER_MAX 16
+
+template <int D, int GM, int W, bool PRO, bool CL>
+static __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1)
+    k_attn_decode(struct tk_attn_args a, struct tk_qkr_args pr, struct dec_rule rule, int n_splits,
+                  float *ws)
+{
+    __shared__ __align__(16) float s_acc[W][GM][D];
+    __shared__ float s_pm[GM], s_pl[GM];
+    __shared__ int s_bt[DEC_BT];
+    __shared__ int s_last;
+    tk_pdl_wait(); /* PDL (cuda_common.cuh): nothing is touched before this */
+    tk_pdl_launch();
+    int s = blockIdx.z, g = blockIdx.y, sp = blockIdx.x;
+    const int32_t *bt = a.block_tables + (int64_t)s * a.max_blocks_per_seq;
+    for (int i = threadIdx.x; i < DEC_BT && i < a.max_blocks_per_seq; i += blockDim.x)
+        s_bt[i] = bt[i]; /* read after dec_split's barrier */
+    int qs = a.query_start[s], qe = a.query_start[s + 1], L = a.seq_lens[s];
+    if (qe - qs != 1) return; /* the same for the whole cluster */
+    int len = split_len_of(L, rule, n_splits);
+    int n_live = (int)tk_cdiv(L, len);
+    int64_t s_new = -1;
+    if (PRO) {
+        int64_t slot = pr.slots[qs];
+        s_new = slot >= 0 && slot < pr.n_slots ? slot : -1;
+    }
+    /* the merge reads only live splits; PRO: split 0 stores the new rows */
+    if (sp < n_live || (PRO && sp == 0))
+        dec_split<D, GM, W, PRO, CL>(a, pr, n_splits, ws, bt, s, g, sp, qs, L, len, n_live,
+                                     s_new, s_bt, s_acc, s_pm, s_pl);
+    if (n_live <= 1) return; /* the same for the whole cluster */
+    int G = a.n_heads / a.n_kv_heads;
+    int64_t orow = (int64_t)qs * a.out_stride + (int64_t)g * G * D;
+    if (CL) { /* every block of the cluster reaches both barriers */
+        cg::cluster_group cl = cg::this_cluster();
+        cl.sync(); /* every live block's partial is in its shared memory */
+        auto ld = [&](int h, int k, int d, float &m, float &l, float4 &acc) {
+            m = *cl.map_shared_rank(&s_pm[h], k);
+            l = *cl.map_shared_rank(&s_pl[h], k);
+            acc = *(const float4 *)cl.map_shared_rank(&s_acc[0][h][d], k);
+        };
+        merge_splits<D>(a, ld, n_live, orow, G, sp * blockDim.x + threadIdx.x,
+                        n_splits * blockDim.x);
+        cl.sync(); /* the partials live until every block has read them */
+        return;
+    }
+    if (sp >= n_live) return;
     /* Publish the partials, then count this split in (threadFenceReduction). */
     __threadfence();
     __syncthreads();
+    struct dec_ws w = dec_views(ws, (int64_t)a.n_seqs * a.n_heads * n_splits);
     unsigned *cnt = w.cnt + (int64_t)s * a.n_kv_heads + g;
     if (threadIdx.x == 0) s_last = atomicAdd(cnt, 1u) == (unsigned)(n_live - 1);
     __syncthreads();
     if (!s_last) return;
     __threadfence();
     if (threadIdx.x == 0) *cnt = 0; /* every split has counted in: ready for the next launch */
-    merge_splits<D>(a, w, base, n_splits, n_live, orow, G);
+    int64_t base = ((int64_t)s * a.n_heads + g * G) * n_splits;
+    auto ld = [&](int h, int k, int d, float &m, float &l, float4 &acc) {
+        int64_t b = base + (int64_t)h * n_splits + k;
+        m = __ldcg(w.m + b);
+        l = __ldcg(w.l + b);
+        acc = __ldcg((const float4 *)(w.acc + b * D + d));
+    };
+    merge_splits<D>(a, ld, n_live, orow, G, threadIdx.x, blockDim.x);
 }
 
 extern "C" size_t tk_attn_decode_ws_bytes(const struct tk_attn_args *a, int n_splits)
@@ -481,18 +571,64 @@ extern "C" size_t tk_attn_decode_ws_bytes(const struct tk_attn_args *a, int n_sp
     return (size_t)(dec_acc_off(shn) + shn * a->head_dim) * sizeof(float);
 }
 
+/* kernel<<<grid, block, 0, st>>>(args...) as tk_launch does it (PDL when
+ * enabled), in clusters of cl blocks along x when cl > 1. */
+template <typename... KArgs, typename... Args>
+static cudaError_t dec_launch_ex(void (*kernel)(KArgs...), dim3 grid, int threads, int cl,
+                                 cudaStream_t st, Args &&...args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3((unsigned)threads);
+    cfg.stream = st;
+    cudaLaunchAttribute attr[2];
+    int n = 0;
+    if (tk_pdl_enabled()) {
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cl > 1) {
+        if (cl > 8) { /* non-portable cluster sizes must be allowed per kernel */
+            cudaError_t e =
+                cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+            if (e != cudaSuccess) return e;
+        }
+        attr[n].id = cudaLaunchAttributeClusterDimension;
+        attr[n].val.clusterDim.x = (unsigned)cl;
+        attr[n].val.clusterDim.y = 1;
+        attr[n++].val.clusterDim.z = 1;
+    }
+    cfg.attrs = attr;
+    cfg.numAttrs = (unsigned)n;
+    return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+/* W warps per block; one cluster per (kv head, sequence) where
+ * 1 < n_splits <= cl_max. */
+template <int D, int GM, int W, bool PRO>
+static cudaError_t decode_launch_p(cudaStream_t st, const struct tk_attn_args *a,
+                                   const struct tk_qkr_args &pr, struct dec_rule rule,
+                                   int n_splits, int cl_max, float *ws)
+{
+    dim3 grid((unsigned)n_splits, (unsigned)a->n_kv_heads, (unsigned)a->n_seqs);
+    if (n_splits > 1 && n_splits <= cl_max && n_splits <= DEC_CLUSTER_MAX)
+        return dec_launch_ex(k_attn_decode<D, GM, W, PRO, true>, grid, W * 32, n_splits, st, *a,
+                             pr, rule, n_splits, ws);
+    return dec_launch_ex(k_attn_decode<D, GM, W, PRO, false>, grid, W * 32, 1, st, *a, pr, rule,
+                         n_splits, ws);
+}
+
 template <int D, int GM>
 static cudaError_t decode_launch(cudaStream_t st, const struct tk_attn_args *a,
                                  const struct tk_qkr_args *pro, struct dec_rule rule, int n_splits,
                                  float *ws)
 {
-    dim3 grid((unsigned)n_splits, (unsigned)a->n_kv_heads, (unsigned)a->n_seqs);
-    if (pro)
-        return tk_launch(k_attn_decode<D, GM, true>, grid, DEC_WARPS * 32, 0, st, *a, *pro, rule,
-                         n_splits, ws);
+    constexpr int W = dec_cfg<D, GM>::W, STEP = W * dec_cfg<D, GM>::U;
+    int64_t L = a->max_seq_len > 0 ? a->max_seq_len : 1;
+    int cl_max = tk_cdiv(L, n_splits) <= STEP ? DEC_CLUSTER_MAX : 1;
+    if (pro) return decode_launch_p<D, GM, W, true>(st, a, *pro, rule, n_splits, cl_max, ws);
     struct tk_qkr_args none = {};
-    return tk_launch(k_attn_decode<D, GM, false>, grid, DEC_WARPS * 32, 0, st, *a, none, rule,
-                     n_splits, ws);
+    return decode_launch_p<D, GM, W, false>(st, a, none, rule, n_splits, cl_max, ws);
 }
 
 template <int D>
