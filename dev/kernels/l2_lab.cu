@@ -80,12 +80,7 @@ int main()
         for (int c = 0; c < nc; c++) {
             mat k;
             void *q, *s, *b;
-            CK(cudaMalloc(&q, qb));
-            CK(cudaMalloc(&s, sbb));
-            CK(cudaMalloc(&b, sbb));
-            fill(q, qb, 11 + c, 0xffffffffu, 0);
-            fill(s, sbb, 101 + c, 0x007F007Fu, 0x3C003C00u);
-            fill(b, sbb, 201 + c, 0x807F807Fu, 0x3D803D80u);
+            lab_q4_alloc(sh.out, sh.in, 11 + c, &q, &s, &b);
             k.m = {q, s, b, TK_BF16, 4, 64};
             k.qb = qb, k.sbb = sbb;
             ms.push_back(k);

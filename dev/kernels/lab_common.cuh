@@ -2,7 +2,7 @@
  * lab_common.cuh — the helpers the standalone GEMV labs share (q6_lab.cu,
  * q8_lab.cu): a checked CUDA call, random device fills, the device copy
  * rate (read + write), median CUDA-event timing of launches that cycle
- * through weight copies, and a max relative error. Kernel lab code, not
+ * through weight copies, a max relative error, and a random 4-bit weight. Kernel lab code, not
  * part of the library. Include after the library sources a lab includes.
  */
 #ifndef TERN_DEV_LAB_COMMON_CUH
@@ -98,6 +98,20 @@ template <typename F> static double time_us(int n_copies, F fn)
     CK(cudaEventDestroy(e0));
     CK(cudaEventDestroy(e1));
     return v[4] * 1e3 / 20;
+}
+
+/* A random 4-bit g64 weight [out, in] in MLX's layout on the device: packed
+ * words, BF16 scales in [2^-7, 2^-6) and biases +-[2^-4, 2^-3); seeds sq,
+ * sq + 100, sq + 200. */
+static void lab_q4_alloc(size_t out, size_t in, uint32_t sq, void **q, void **s, void **b)
+{
+    size_t qb = out * in / 2, sbb = out * (in / 64) * 2;
+    CK(cudaMalloc(q, qb));
+    CK(cudaMalloc(s, sbb));
+    CK(cudaMalloc(b, sbb));
+    fill(*q, qb, sq, 0xffffffffu, 0);
+    fill(*s, sbb, sq + 100, 0x007F007Fu, 0x3C003C00u);
+    fill(*b, sbb, sq + 200, 0x807F807Fu, 0x3D803D80u);
 }
 
 static std::vector<float> get(const float *d, size_t n)

@@ -27,6 +27,7 @@
  */
 #include "backend/cuda/cuda_quant_mma.cu"
 #include "lab_common.cuh"
+#include "persist_common.cuh"
 
 #define NWP 16     /* warps per persistent block: two of v3's 8-warp blocks */
 #define MAXK 14336 /* the widest op input (down_proj) */
@@ -144,28 +145,6 @@ static __device__ __forceinline__ void p3_compute(const unsigned char *slot, con
     }
 }
 
-static __device__ unsigned long long g_ts[260];
-
-static __device__ __forceinline__ unsigned long long gtimer(void)
-{
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-    return t;
-}
-
-static __device__ __forceinline__ void grid_sync(unsigned *ctr, unsigned target)
-{
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr) : "memory");
-        unsigned v;
-        do {
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
-        } while (v < target);
-    }
-    __syncthreads();
-}
-
 template <bool PERM>
 static __global__ void __launch_bounds__(NWP * 32, 1)
     k_persist3(const op3 *ops, int n_ops, const bf16 *xsrc, unsigned *ctr)
@@ -185,8 +164,7 @@ static __global__ void __launch_bounds__(NWP * 32, 1)
     int slot_c = 0, slot_i = QC::NST - 1;
     for (int op = 0; op < n_ops; op++) {
         const op3 &o = ops[op];
-        if (op > 0) grid_sync(ctr, (unsigned)op * gridDim.x);
-        if (blockIdx.x == 0 && threadIdx.x == 0) g_ts[op] = gtimer();
+        lab_op_start(ctr, op, NWP * 32);
         for (int i = threadIdx.x; i < o.in / 8; i += NWP * 32) {
             uint4 u = __ldcg((const uint4 *)xsrc + i);
             if (PERM)
@@ -227,8 +205,7 @@ static __global__ void __launch_bounds__(NWP * 32, 1)
         }
     }
     cp_wait<0>();
-    if (n_ops > 1) grid_sync(ctr, (unsigned)n_ops * gridDim.x);
-    if (blockIdx.x == 0 && threadIdx.x == 0) g_ts[n_ops] = gtimer();
+    lab_ops_end(ctr, n_ops, NWP * 32);
 }
 
 static size_t p3_smem_bytes(void) { return (size_t)NWP * QC::NST * QC::STAGE + MAXK * 2; }
@@ -251,13 +228,8 @@ int main(int argc, char **argv)
         size_t qb = (size_t)out * in / 2, sbb = (size_t)out * (in / 64) * 2;
         void *q, *s, *b;
         float *y;
-        CK(cudaMalloc(&q, qb));
-        CK(cudaMalloc(&s, sbb));
-        CK(cudaMalloc(&b, sbb));
+        lab_q4_alloc(out, in, seed, &q, &s, &b);
         CK(cudaMalloc(&y, (size_t)out * 4));
-        fill(q, qb, seed, 0xffffffffu, 0);
-        fill(s, sbb, seed + 1, 0x007F007Fu, 0x3C003C00u); /* scales in [2^-7, 2^-6) */
-        fill(b, sbb, seed + 2, 0x807F807Fu, 0x3D803D80u); /* biases +-[2^-4, 2^-3) */
         op3 o;
         o.q = (const uint32_t *)q, o.sc = (const uint16_t *)s, o.bi = (const uint16_t *)b;
         o.in = in, o.out = out, o.W = tk_qgemv_mma_split(4, 64, in, out);
@@ -346,19 +318,9 @@ int main(int argc, char **argv)
     { /* per-op time inside one launch (block 0's clock at each barrier) */
         launch(ops, n_ops);
         CK(cudaDeviceSynchronize());
-        unsigned long long ts[260];
-        CK(cudaMemcpyFromSymbol(ts, g_ts, sizeof ts));
-        const char *kind[5] = {"qkv", "o", "gate_up", "down", "lm_head"};
-        double sum[5] = {0}, ideal[5] = {0};
-        int cnt[5] = {0};
-        for (int o = 0; o < n_ops; o++) {
-            int k = o == n_ops - 1 ? 4 : o % 4;
-            sum[k] += (ts[o + 1] - ts[o]) / 1e3, cnt[k]++;
-            ideal[k] = ((size_t)host[o].out * host[o].in / 2 + (size_t)host[o].out * host[o].in / 16) / copy / 1e3;
-        }
-        for (int k = 0; k < 5; k++)
-            printf("  %-8s %8.2f us each (copy %.2f: %.1f%%)\n", kind[k], sum[k] / cnt[k], ideal[k],
-                   100.0 * ideal[k] / (sum[k] / cnt[k]));
+        std::vector<double> ob;
+        for (const op3 &o : host) ob.push_back((double)o.out * o.in / 2 + (double)o.out * o.in / 16);
+        lab_print_op_times(n_ops, ob, copy);
     }
     }
     printf("==== summary ==== floor (bytes at the copy rate) %.1f us; bitwise vs v3: %s\n",

@@ -32,6 +32,7 @@
  */
 #include "backend/cuda/cuda_quant_mma.cu"
 #include "lab_common.cuh"
+#include "persist_common.cuh"
 #include "q8_common.cuh"
 
 #define NWP 16
@@ -95,28 +96,6 @@ static __device__ __forceinline__ void rec_fold(const uint4 *rp, const bf16 *xg_
     acc[1] = fmaf(o0, xg[1], fmaf(s0, cg[1], acc[1]));
     acc[2] = fmaf(o1, xg[2], fmaf(s1, cg[2], acc[2]));
     acc[3] = fmaf(o1, xg[3], fmaf(s1, cg[3], acc[3]));
-}
-
-static __device__ unsigned long long g_ts4[260];
-
-static __device__ __forceinline__ unsigned long long gtimer(void)
-{
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-    return t;
-}
-
-static __device__ __forceinline__ void grid_sync(unsigned *ctr, unsigned target)
-{
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr) : "memory");
-        unsigned v;
-        do {
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
-        } while (v < target);
-    }
-    __syncthreads();
 }
 
 /* A warp's unit of work inside one op: its tile, and the records it folds
@@ -219,8 +198,7 @@ static __global__ void __launch_bounds__(NWP * 32, 1)
     bool has_x = g == 0;
     for (int op = 0; op < n_ops; op++) {
         const op4 &o = ops[op];
-        if (op > 0) grid_sync(ctr, (unsigned)op * gridDim.x);
-        if (blockIdx.x == 0 && threadIdx.x == 0) g_ts4[op] = gtimer();
+        lab_op_start(ctr, op, NWP * 32);
         for (int i = threadIdx.x; i < o.in / 8; i += NWP * 32) {
             uint4 v = __ldcg((const uint4 *)xsrc + i);
             ((uint4 *)xh)[i] = make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632),
@@ -273,8 +251,7 @@ static __global__ void __launch_bounds__(NWP * 32, 1)
             }
         }
     }
-    if (n_ops > 1) grid_sync(ctr, (unsigned)n_ops * gridDim.x);
-    if (blockIdx.x == 0 && threadIdx.x == 0) g_ts4[n_ops] = gtimer();
+    lab_ops_end(ctr, n_ops, NWP * 32);
 }
 
 struct cfg4 {
@@ -308,14 +285,9 @@ int main(int argc, char **argv)
         o.in = in, o.out = out, o.nG = in / 64, o.tiles = (int)tk_cdiv(out, 16);
         o.W = tk_qgemv_mma_split(4, 64, in, out);
         o.vbs = (int)tk_cdiv(o.tiles, QM_WARPS / o.W);
-        CK(cudaMalloc(&q, qb));
-        CK(cudaMalloc(&s, sbb));
-        CK(cudaMalloc(&b, sbb));
+        lab_q4_alloc(out, in, seed, &q, &s, &b);
         CK(cudaMalloc(&y, (size_t)out * 4));
         CK(cudaMalloc(&rec, (size_t)o.tiles * o.nG * REC * 16));
-        fill(q, qb, seed, 0xffffffffu, 0);
-        fill(s, sbb, seed + 1, 0x007F007Fu, 0x3C003C00u);
-        fill(b, sbb, seed + 2, 0x807F807Fu, 0x3D803D80u);
         k_v3rec<<<1024, 256>>>((const uint32_t *)q, (const uint16_t *)s, (const uint16_t *)b, out, in,
                                rec);
         CK(cudaGetLastError());
@@ -383,20 +355,10 @@ int main(int argc, char **argv)
         }
         std::sort(v.begin(), v.end());
         double us = v[v.size() / 2] * 1e3;
-        unsigned long long ts[260];
-        CK(cudaMemcpyFromSymbol(ts, g_ts4, sizeof ts));
         printf("  one launch %.1f us = %.1f%% of the copy rate\n", us, 100.0 * bytes / us / 1e3 / copy);
-        const char *kind[5] = {"qkv", "o", "gate_up", "down", "lm_head"};
-        double sum[5] = {0}, ideal[5] = {0};
-        int cnt[5] = {0};
-        for (int o = 0; o < n_ops; o++) {
-            int k = o == n_ops - 1 ? 4 : o % 4;
-            sum[k] += (ts[o + 1] - ts[o]) / 1e3, cnt[k]++;
-            ideal[k] = (double)host[o].tiles * host[o].nG * REC * 16 / copy / 1e3;
-        }
-        for (int k = 0; k < 5; k++)
-            printf("  %-8s %8.2f us each (copy %.2f: %.1f%%)\n", kind[k], sum[k] / cnt[k], ideal[k],
-                   100.0 * ideal[k] / (sum[k] / cnt[k]));
+        std::vector<double> ob;
+        for (const op4 &o : host) ob.push_back((double)o.tiles * o.nG * REC * 16);
+        lab_print_op_times(n_ops, ob, copy);
     }
     printf("==== summary ==== checks: %s\n", bad ? "FAILED" : "ok (VB bitwise v3)");
     return bad != 0;

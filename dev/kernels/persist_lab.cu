@@ -33,13 +33,14 @@
  * stages: the ring's streaming ceiling) and 1; GB/s and % of the copy rate.
  *
  * Not yet run (written 2026-11-30 after the session's device time was
- * spent). Shared helpers: lab_common.cuh, q8_common.cuh.
+ * spent). Shared helpers: lab_common.cuh, persist_common.cuh, q8_common.cuh.
  * Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I src \
  *          dev/kernels/persist_lab.cu -o persist_lab
  * Run:   ./persist_lab [layers (default 32)] [config index: one launch only, for ncu]
  */
 #include "backend/cuda/cuda_qmma.cuh"
 #include "lab_common.cuh"
+#include "persist_common.cuh"
 #include "q8_common.cuh"
 
 #include <algorithm>
@@ -89,21 +90,6 @@ static __device__ void produce(const op_desc *ops, int n_ops, uint32_t ring0, ui
     }
 }
 
-/* All blocks' consumers have finished op `done` - 1: a monotonic counter
- * (zeroed by the host before the launch), one arrival per block. */
-static __device__ __forceinline__ void grid_barrier(unsigned *ctr, unsigned target, int n_threads)
-{
-    bar_named(n_threads);
-    if (threadIdx.x == 0) {
-        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr) : "memory");
-        unsigned v;
-        do {
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
-        } while (v < target);
-    }
-    bar_named(n_threads);
-}
-
 template <int S, int C, int NC, bool COMPUTE>
 static __global__ void __launch_bounds__((NC + 1) * 32, 1)
     k_persist(const op_desc *ops, int n_ops, const bf16 *xsrc, unsigned *ctr, float *sink,
@@ -130,7 +116,7 @@ static __global__ void __launch_bounds__((NC + 1) * 32, 1)
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     int64_t c = 0;
     for (int op = 0; op < n_ops; op++) {
-        if (op > 0) grid_barrier(ctr, (unsigned)op * gridDim.x, NC * 32);
+        if (op > 0) lab_grid_barrier(ctr, (unsigned)op * gridDim.x, NC * 32);
         int in = ops[op].in, nG = ops[op].nG;
         for (int i = threadIdx.x; i < in / 8; i += NC * 32)
             ((uint4 *)xs)[i] = __ldcg((const uint4 *)xsrc + i);
@@ -168,15 +154,6 @@ static __global__ void __launch_bounds__((NC + 1) * 32, 1)
 
 /* ---------------------------------------------------------------- v2: per-warp rings */
 
-/* Block 0's clock when each op starts (after its barrier), and at the end. */
-static __device__ unsigned long long g_tstamp[260];
-
-static __device__ __forceinline__ unsigned long long globaltimer(void)
-{
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-    return t;
-}
 
 /* q8_group with the group's sum of x given (Xg: one float per 64-k group,
  * the same for every row) instead of a second MMA with A = 1 per k-step. */
@@ -270,8 +247,7 @@ static __global__ void __launch_bounds__(NW * 32, 1)
         for (int i = 0; i < S; i++) issue();
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int op = 0; op < n_ops; op++) {
-        if (op > 0) grid_barrier(ctr, (unsigned)op * gridDim.x, NW * 32);
-        if (blockIdx.x == 0 && threadIdx.x == 0) g_tstamp[op] = globaltimer();
+        lab_op_start(ctr, op, NW * 32);
         int in = ops[op].in, nG = ops[op].nG;
         for (int i = threadIdx.x; i < in / 8; i += NW * 32)
             ((uint4 *)xs)[i] = __ldcg((const uint4 *)xsrc + i);
@@ -333,8 +309,7 @@ static __global__ void __launch_bounds__(NW * 32, 1)
         sink[((size_t)op * gridDim.x + blockIdx.x) * NW * 32 + threadIdx.x] =
             acc[0] + acc[1] + acc[2] + acc[3];
     }
-    if (n_ops > 1) grid_barrier(ctr, (unsigned)n_ops * gridDim.x, NW * 32);
-    if (blockIdx.x == 0 && threadIdx.x == 0) g_tstamp[n_ops] = globaltimer();
+    lab_ops_end(ctr, n_ops, NW * 32);
 }
 
 /* ---------------------------------------------------------------- host */
@@ -461,21 +436,9 @@ int main(int argc, char **argv)
         CK(cf.launch(ops, n_ops, x, ctr, sink, sms, cf.smem));
         CK(cudaDeviceSynchronize());
         printf("one launch of %s\n", cf.name);
-        unsigned long long ts[260];
-        CK(cudaMemcpyFromSymbol(ts, g_tstamp, sizeof ts));
-        const char *kind[5] = {"qkv", "o", "gate_up", "down", "lm_head"};
-        double sum[5] = {0}, ideal[5] = {0};
-        int cnt[5] = {0};
-        for (int o = 0; o < n_ops; o++) {
-            int k = o == n_ops - 1 ? 4 : o % 4;
-            sum[k] += (ts[o + 1] - ts[o]) / 1e3, cnt[k]++;
-            ideal[k] = host[o].R * REC * 16.0 / copy / 1e3;
-        }
-        printf("%-8s %10s %10s %8s\n", "op", "us each", "copy us", "%copy");
-        for (int k = 0; k < 5; k++)
-            printf("%-8s %10.2f %10.2f %7.1f%%\n", kind[k], sum[k] / cnt[k], ideal[k],
-                   100.0 * ideal[k] / (sum[k] / cnt[k]));
-        printf("total %.1f us\n", (ts[n_ops] - ts[0]) / 1e3);
+        std::vector<double> ob;
+        for (const op_desc &o : host) ob.push_back(o.R * REC * 16.0);
+        lab_print_op_times(n_ops, ob, copy);
         return 0;
     }
     for (const config &cf : CFGS) {

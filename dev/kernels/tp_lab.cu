@@ -12,7 +12,8 @@
  * B registers, same x sums, same fold), so the outputs must be BITWISE
  * v3's, and the choice can depend on the weight's shape alone.
  *
- * The cost: a ring stage holds TP tiles, so at the same shared memory
+ * (Since taken into the library: k_tp uses cuda_quant_mma.cu's
+ * stage_compute with TP.) The cost: a ring stage holds TP tiles, so at the same shared memory
  * fewer stages are in flight (NS), and a shape has 1/TP as many warps.
  *
  * Printed per Llama-3.1-8B shape (4-bit g64 bf16 scales, T = 1): us of v3
@@ -33,61 +34,6 @@
 #include "lab_common.cuh"
 
 typedef qm_cfg<4, 64> TC;
-
-template <int TP>
-static __device__ __forceinline__ void tp_compute(const unsigned char *slot, const bf16 *xl,
-                                                  bool has_x, int step, int g, int t,
-                                                  float (*acc)[4])
-{
-    const uint32_t one = 0x3F803F80u;
-    uint32_t sv[TP][2][2], bv[TP][2][2];
-#pragma unroll
-    for (int p = 0; p < TP; p++)
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            lds<2>(slot + p * TC::STAGE + 16 * TC::RS + (g + 8 * r) * TC::SB, sv[p][r]);
-            lds<2>(slot + p * TC::STAGE + 16 * TC::RS + (16 + g + 8 * r) * TC::SB, bv[p][r]);
-        }
-#pragma unroll
-    for (int G = 0; G < TC::SG; G++) {
-        uint32_t wa[TP][TC::PW], wb[TP][TC::PW];
-#pragma unroll
-        for (int p = 0; p < TP; p++) {
-            lds<TC::PW>(slot + p * TC::STAGE + g * TC::RS + G * 16 * TC::PW + t * 4 * TC::PW, wa[p]);
-            lds<TC::PW>(slot + p * TC::STAGE + (g + 8) * TC::RS + G * 16 * TC::PW + t * 4 * TC::PW,
-                        wb[p]);
-        }
-        float cg[TP][4], xg[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int p = 0; p < TP; p++) cg[p][0] = cg[p][1] = cg[p][2] = cg[p][3] = 0.0f;
-        const bf16 *xp = xl + (step * TC::SG + G) * 64;
-#pragma unroll
-        for (int j = 0; j < TC::PW; j++) {
-            uint32_t b[4];
-            bregs<4, false>(xp + j * 8, has_x, b);
-#pragma unroll
-            for (int m = 0; m < 2; m++) {
-#pragma unroll
-                for (int p = 0; p < TP; p++)
-                    tk_mma_bf16(cg[p], tk_q4_pair(wa[p][j], 2 * m), tk_q4_pair(wb[p][j], 2 * m),
-                                tk_q4_pair(wa[p][j], 2 * m + 1), tk_q4_pair(wb[p][j], 2 * m + 1),
-                                b[2 * m], b[2 * m + 1]);
-                tk_mma_bf16(xg, one, one, one, one, b[2 * m], b[2 * m + 1]);
-            }
-        }
-#pragma unroll
-        for (int p = 0; p < TP; p++) {
-            float s0 = tk_half_of<TK_BF16>(sv[p][0][G / 2], G & 1);
-            float s1 = tk_half_of<TK_BF16>(sv[p][1][G / 2], G & 1);
-            float o0 = fmaf(-128.0f, s0, tk_half_of<TK_BF16>(bv[p][0][G / 2], G & 1));
-            float o1 = fmaf(-128.0f, s1, tk_half_of<TK_BF16>(bv[p][1][G / 2], G & 1));
-            acc[p][0] = fmaf(o0, xg[0], fmaf(s0, cg[p][0], acc[p][0]));
-            acc[p][1] = fmaf(o0, xg[1], fmaf(s0, cg[p][1], acc[p][1]));
-            acc[p][2] = fmaf(o1, xg[2], fmaf(s1, cg[p][2], acc[p][2]));
-            acc[p][3] = fmaf(o1, xg[3], fmaf(s1, cg[p][3], acc[p][3]));
-        }
-    }
-}
 
 /* v3's plain kernel (4-bit g64, F32 out, no bias) with TP tiles per warp
  * and NS ring stages of TP tiles each. */
@@ -144,7 +90,8 @@ static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
         cp_commit();
         cp_wait<NS - 1>();
         __syncwarp();
-        tp_compute<TP>(ring + slot_c * TP * TC::STAGE, xl, has_x, ks + n * wsplit, g, t, acc);
+        stage_compute<4, 64, TK_BF16, false, TP>(ring + slot_c * TP * TC::STAGE, xl, has_x,
+                                                 ks + n * wsplit, g, t, acc);
         __syncwarp();
         slot_c = slot_c + 1 == NS ? 0 : slot_c + 1;
         slot_i = slot_i + 1 == NS ? 0 : slot_i + 1;
@@ -422,12 +369,7 @@ int main()
         std::vector<tk_qmat> ms;
         for (int c = 0; c < nc; c++) {
             void *q, *s, *b;
-            CK(cudaMalloc(&q, qb));
-            CK(cudaMalloc(&s, sbb));
-            CK(cudaMalloc(&b, sbb));
-            fill(q, qb, 11 + c, 0xffffffffu, 0);
-            fill(s, sbb, 101 + c, 0x007F007Fu, 0x3C003C00u);
-            fill(b, sbb, 201 + c, 0x807F807Fu, 0x3D803D80u);
+            lab_q4_alloc(sh.out, sh.in, 11 + c, &q, &s, &b);
             ms.push_back({q, s, b, TK_BF16, 4, 64});
         }
         int W = tk_qgemv_mma_split(4, 64, sh.in, sh.out);
