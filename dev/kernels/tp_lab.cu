@@ -22,7 +22,9 @@
  * no PRMT: x pre-permuted / pre-scaled in shared memory once per block, the
  * group's x sums too, so no A = 1 MMAs): not v3's bits, checked to 1e-5.
  * Run 2 (H200, 2026-11-30): the F16 kernels' results were WRONG (rel ~40
- * against v3: a bug not yet found) and, per op, no faster than tp2 (gate_up
+ * against v3: the fold took the x sums only in lanes g == 0, the B
+ * operand's token column, instead of t == 0, the lanes holding token 0's
+ * sums; fixed after the run, not re-run) and, per op, no faster than tp2 (gate_up
  * 28.4 vs 29.0 us, qkv 11.1 vs 11.5, o 9.1 vs 8.2, down 19.0 vs 18.6,
  * lm_head 115 vs 100): the per-block x prologue costs what the inner loop
  * saves when launched per op. Kept for the persistent kernel, where x is
@@ -185,7 +187,9 @@ static __device__ __forceinline__ void f16_compute(const unsigned char *slot, co
                         f16_pair<0x00F000F0u>(a8), f16_pair<0x00F000F0u>(b8), u.z, u.w);
             }
         }
-        float2 v = has_x ? px[gi] : make_float2(0.0f, 0.0f); /* (P, X) of token 0 */
+        /* (P, X) of token 0 for the sums of token 2 t (acc[p][0] / [2]): the
+         * lanes t == 0 of every row g, not the B operand's column g == 0 */
+        float2 v = t == 0 ? px[gi] : make_float2(0.0f, 0.0f);
 #pragma unroll
         for (int p = 0; p < TP; p++) {
             float s0 = tk_half_of<TK_BF16>(sv[p][0][G / 2], G & 1);
