@@ -328,13 +328,18 @@ static __global__ void __launch_bounds__(NW * 32, 1) k_step(step_args a, uint4 k
                 float *p = a.part + ((size_t)tile * cpt + ch) * 16;
                 p[g] = acc[0], p[8 + g] = acc[2];
             }
-            __threadfence();
+            /* count the part in: lane 0's acq_rel add releases the lanes'
+             * part stores (ordered before it by the warp barrier) and, for
+             * the last part, acquires the others' before the sums are read */
             __syncwarp();
             unsigned old = 0;
-            if (lane == 0) old = atomicAdd(a.tile_cnt + tile, 1u);
+            if (lane == 0)
+                asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], 1;"
+                             : "=r"(old)
+                             : "l"(a.tile_cnt + tile)
+                             : "memory");
             old = __shfl_sync(0xffffffffu, old, 0);
             if ((int)old == cpt - 1) {
-                __threadfence();
                 tile_finish(a, o, tile, cpt, lane);
                 if (lane == 0) a.tile_cnt[tile] = 0;
             }
