@@ -339,6 +339,7 @@ static __global__ void __launch_bounds__(NW * 32, 1) k_step(step_args a, uint4 k
                              : "l"(a.tile_cnt + tile)
                              : "memory");
             old = __shfl_sync(0xffffffffu, old, 0);
+            __syncwarp(); /* the lanes' part loads after lane 0's acquire */
             if ((int)old == cpt - 1) {
                 tile_finish(a, o, tile, cpt, lane);
                 if (lane == 0) a.tile_cnt[tile] = 0;
