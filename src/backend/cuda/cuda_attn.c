@@ -68,11 +68,12 @@ enum tern_status tern_cuda_kv_store(struct tern_backend *be, const struct tern_d
 }
 
 /* Whether tk_qk_rope_store takes the shape: head_dim <= 256, dtypes as
- * kv_store's, norms of one float dtype, I32 batch arrays. */
-static bool qkr_fits(const struct tern_dtensor *qkv, const struct tern_dtensor *q_norm,
-                     const struct tern_dtensor *k_norm, const struct tern_rope *rope,
-                     const struct tern_attn_params *p, const struct tern_batch_dev *batch,
-                     const struct tern_kv_layer *kv)
+ * kv_store's, norms of one float dtype, I32 batch arrays (also the
+ * operands of the 4-bit qkv GEMV's rope epilogue, cuda_quant.c). */
+bool tern_cuda_qkr_fits(const struct tern_dtensor *qkv, const struct tern_dtensor *q_norm,
+                        const struct tern_dtensor *k_norm, const struct tern_rope *rope,
+                        const struct tern_attn_params *p, const struct tern_batch_dev *batch,
+                        const struct tern_kv_layer *kv)
 {
     int hd = rope->head_dim;
     int64_t qd = (int64_t)p->n_heads * hd, kvd = (int64_t)p->n_kv_heads * hd;
@@ -93,7 +94,8 @@ static bool qkr_fits(const struct tern_dtensor *qkv, const struct tern_dtensor *
            width >= qd + 2 * kvd;
 }
 
-/* The fused kernel where it takes the shape (qkr_fits); otherwise the three
+/* The fused kernel where it takes the shape (tern_cuda_qkr_fits); otherwise
+ * the three
  * ops in turn, which is what the kernel computes. */
 enum tern_status tern_cuda_qk_rope_store(struct tern_backend *be, struct tern_dtensor *qkv,
                                          const struct tern_dtensor *q_norm,
@@ -109,7 +111,8 @@ enum tern_status tern_cuda_qk_rope_store(struct tern_backend *be, struct tern_dt
     int64_t T = qkv->shape[0];
     if (T == 0) return TERN_OK;
     const struct tern_dtensor *K = &kv->k;
-    if (!tern_cuda_fuse_ops("qkr") || !qkr_fits(qkv, q_norm, k_norm, rope, p, batch, kv)) {
+    if (!tern_cuda_fuse_ops("qkr") ||
+        !tern_cuda_qkr_fits(qkv, q_norm, k_norm, rope, p, batch, kv)) {
         if (q_norm) {
             TERN_TRY(ops->head_rmsnorm(be, qkv, 0, p->n_heads, hd, q_norm, eps));
             TERN_TRY(ops->head_rmsnorm(be, qkv, qd, p->n_kv_heads, hd, k_norm, eps));
@@ -301,7 +304,7 @@ static bool decode_only(const struct tern_batch *h, int64_t T)
  * instead of two was no faster at batch 1 (4-bit 8B: 377.5 / 378.9 tok/s
  * vs 379.5 / 380.6 without). */
 /* The decode kernel with the prologue folded in (tk_attn_decode with a
- * tk_qkr_args) for a decode-only batch it takes (qkr_fits, attn_fast's
+ * tk_qkr_args) for a decode-only batch it takes (tern_cuda_qkr_fits, attn_fast's
  * decode shapes, BF16) when TERN_CUDA_FUSE_OPS names "qka"; otherwise qk_rope_store, then
  * attention. Either way the same bits in out and the caches
  * (test_attn_fused_cuda); the fused kernel leaves qkv as it was, the
@@ -314,7 +317,8 @@ enum tern_status tern_cuda_qk_rope_store_attention(
 {
     int64_t T = qkv->shape[0];
     bool fused = T > 0 && tern_cuda_fuse_named("qka") && decode_only(batch->host, T) &&
-                 qkv->dtype == TERN_DTYPE_BF16 && qkr_fits(qkv, q_norm, k_norm, rope, p, batch, kv);
+                 qkv->dtype == TERN_DTYPE_BF16 &&
+                 tern_cuda_qkr_fits(qkv, q_norm, k_norm, rope, p, batch, kv);
     if (fused) {
         TERN_TRY(attn_check(qkv, kv, batch, p, out));
         fused = attn_fast(qkv, p, out, false);

@@ -159,6 +159,11 @@ static inline bool tern_cuda_fuse_named(const char *which)
     const char *e = getenv("TERN_CUDA_FUSE_OPS");
     return e && strstr(e, which) != NULL;
 }
+/* Whether tk_qk_rope_store takes these operands (cuda_attn.c). */
+bool tern_cuda_qkr_fits(const struct tern_dtensor *qkv, const struct tern_dtensor *q_norm,
+                        const struct tern_dtensor *k_norm, const struct tern_rope *rope,
+                        const struct tern_attn_params *p, const struct tern_batch_dev *batch,
+                        const struct tern_kv_layer *kv);
 enum tern_status tern_cuda_qk_rope_store(struct tern_backend *be, struct tern_dtensor *qkv,
                                          const struct tern_dtensor *q_norm,
                                          const struct tern_dtensor *k_norm, float eps,

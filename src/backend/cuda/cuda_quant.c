@@ -186,15 +186,13 @@ enum tern_status tern_cuda_matmul_rope_quant(struct tern_cuda *c, const struct t
     TERN_TRY(check_quant(w, "matmul_rope_store"));
     int64_t T = x->shape[0], in = w->in_features, out = w->out_features;
     struct tk_qmat m = qmat_of(w);
-    const struct tern_dtensor *K = &kv->k, *V = &kv->v;
-    bool shapes = rope->rotary_dim == rope->head_dim && !rope->interleaved &&
-                  p->head_dim == rope->head_dim && rope->inv_freq.dtype == TERN_DTYPE_F32 &&
+    const struct tern_dtensor *K = &kv->k;
+    /* qk_rope_store's operands without head norms, full non-interleaved
+     * rotary, a BF16 qkv [T, out] */
+    bool shapes = tern_cuda_qkr_fits(qkv, NULL, NULL, rope, p, batch, kv) &&
+                  rope->rotary_dim == rope->head_dim && !rope->interleaved &&
                   qkv->dtype == TERN_DTYPE_BF16 && qkv->shape[0] == T &&
-                  (int64_t)tern_dtensor_numel(qkv) == T * out && K->dtype == TERN_DTYPE_BF16 &&
-                  V->dtype == TERN_DTYPE_BF16 && K->n_dims == 4 && K->shape[2] == p->n_kv_heads &&
-                  K->shape[3] == p->head_dim && tern_dtensor_numel(V) == tern_dtensor_numel(K) &&
-                  batch->positions.dtype == TERN_DTYPE_I32 &&
-                  batch->slot_mapping.dtype == TERN_DTYPE_I32;
+                  (int64_t)tern_dtensor_numel(qkv) == T * out;
     struct tk_rp rp = {0};
     if (shapes) {
         rp.inv_freq = tern_cuda_ptr(&rope->inv_freq);
@@ -202,7 +200,7 @@ enum tern_status tern_cuda_matmul_rope_quant(struct tern_cuda *c, const struct t
         rp.pos = tern_cuda_ptr(&batch->positions);
         rp.slots = tern_cuda_ptr(&batch->slot_mapping);
         rp.k_cache = tern_cuda_ptr(K);
-        rp.v_cache = tern_cuda_ptr(V);
+        rp.v_cache = tern_cuda_ptr(&kv->v);
         rp.n_slots = K->shape[0] * K->shape[1];
         rp.n_heads = p->n_heads, rp.n_kv = p->n_kv_heads, rp.hd = p->head_dim;
     }
