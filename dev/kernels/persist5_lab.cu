@@ -42,9 +42,15 @@
 
 #include <cuda_bf16.h>
 
+#ifndef NW
 #define NW 16        /* warps per block */
+#endif
+#ifndef S5
 #define S5 4         /* ring stages per warp */
+#endif
+#ifndef C5
 #define C5 4         /* records per chunk */
+#endif
 #define HID 4096     /* hidden size */
 #define FF 14336     /* intermediate size */
 #define NH 32        /* q heads */

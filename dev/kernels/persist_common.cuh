@@ -21,6 +21,12 @@ static __device__ __forceinline__ unsigned long long lab_gtimer(void)
     return t;
 }
 
+/* The thread that counts its block in and spins: 0 unless a lab moves it
+ * (a lane that issues bulk copies may wait for them at the release). */
+#ifndef LAB_GB_THREAD
+#define LAB_GB_THREAD 0
+#endif
+
 /* Every block's n_threads participating threads have finished the ops
  * before: the counter reaches target (op index x blocks). Named barrier 3
  * (the labs use 0-2 for their own). */
@@ -28,7 +34,7 @@ static __device__ __forceinline__ void lab_grid_barrier(unsigned *ctr, unsigned 
                                                         int n_threads)
 {
     asm volatile("bar.sync 3, %0;" ::"r"(n_threads) : "memory");
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == LAB_GB_THREAD) {
         asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr) : "memory");
         unsigned v;
         do {
