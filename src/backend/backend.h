@@ -66,6 +66,28 @@ struct tern_linear {
     int64_t out_features;
 };
 
+/* A llama-family decoder as step_prepare sees it: per layer the fused
+ * q|k|v and gate|up linears (rows [0, ff) gate, [ff, 2 ff) up), o and
+ * down, and the two RMSNorm weights; then the final norm and the head. */
+struct tern_step_layer {
+    const struct tern_linear *qkv, *o, *gate_up, *down;
+    const struct tern_dtensor *in_norm, *post_norm;
+};
+
+struct tern_step_desc {
+    int32_t n_layers;
+    const struct tern_step_layer *layers;
+    const struct tern_dtensor *final_norm;
+    const struct tern_linear *lm_head;
+    int64_t hidden, intermediate, vocab;
+    float eps;
+    bool qk_norm; /* head norms (unsupported by the CUDA plan) */
+    const struct tern_rope *rope;
+    const struct tern_attn_params *attn;
+};
+
+struct tern_step_plan; /* backend-defined */
+
 /* The batch on the host, as the scheduler (or a simple driver) builds it. */
 struct tern_batch {
     int32_t n_tokens;           /* T */
@@ -334,6 +356,25 @@ struct tern_backend_ops {
      * of top_p. */
     enum tern_status (*sample)(struct tern_backend *be, const struct tern_dtensor *logits,
                                const struct tern_sample_io *io);
+
+    /* ---- optional: the whole decode step as one op (NULL where absent) ----
+     * step_prepare makes a plan that runs a model's decode step for ONE
+     * sequence with one new token as a single op, or returns
+     * TERN_E_UNSUPPORTED (the reason in the error text) when the model or
+     * the device does not fit it; the plan may keep the weights in another
+     * layout too (CUDA: cuda_step.cu's records, about the quantized weights'
+     * size again). step_run: residual [1, hidden] F32 holds the token's
+     * embedding on entry (and is scratch); the layers (attention over the
+     * paged cache as `attention` sees it, the new token's k and v stored at
+     * its slot), the final norm and the head give logits [1, vocab] F32.
+     * Not bitwise the op-by-op path (other reduction orders): callers keep
+     * it out of deterministic mode. */
+    enum tern_status (*step_prepare)(struct tern_backend *be, const struct tern_step_desc *d,
+                                     struct tern_step_plan **out);
+    enum tern_status (*step_run)(struct tern_backend *be, struct tern_step_plan *plan,
+                                 struct tern_dtensor *residual, const struct tern_batch_dev *batch,
+                                 struct tern_kv_layer *kv, struct tern_dtensor *logits);
+    void (*step_free)(struct tern_backend *be, struct tern_step_plan *plan); /* NULL: no-op */
 
     /* ---- optional: capture and replay (NULL where unsupported, e.g. CPU) ----
      * Between graph_begin and graph_end the ops above (not the memory calls)

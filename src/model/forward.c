@@ -396,6 +396,11 @@ static enum tern_status compute(struct tern_model_core *m, struct tern_fwd *f,
     struct tern_dtensor res = rows_of(&f->residual, T), h = rows_of(&f->h, T);
     int n_layers = hp->num_hidden_layers;
     TERN_TRY(ops->get_rows(be, &m->w.embed_tokens, &f->batch.token_ids, &res));
+    if (m->step && T == 1 && n_logits == 1 && f->batch.host->n_seqs == 1) {
+        /* one sequence's decode step as one op (tern_model_core_load) */
+        struct tern_dtensor logits = rows_of(&f->logits, 1);
+        return ops->step_run(be, m->step, &res, &f->batch, kv->layers, &logits);
+    }
     /* The norm_matmul flow (a backend that has it, every layer with fused
      * qkv and gate_up weights and the fused rope/cache prologue): each
      * projection that reads a normalised residual normalises it itself (on
@@ -506,6 +511,47 @@ enum tern_status tern_model_forward_graph(struct tern_model_core *m, struct tern
     return g ? TERN_OK : graph_capture(m, f, kv, &key);
 }
 
+/* The backend's one-op decode step, where it has one and the model fits
+ * it (and not in deterministic mode: its sums run in another order than
+ * the op-by-op path's). A model that does not fit runs op by op; the
+ * reason goes to the info log. */
+static void step_prepare(struct tern_model_core *m)
+{
+    const struct tern_backend_ops *ops = m->be->ops;
+    const struct tern_hparams *hp = &m->hp;
+    if (!ops->step_prepare || !ops->step_run || m->be->deterministic) return;
+    struct tern_step_layer *ly = tern_calloc((size_t)hp->num_hidden_layers, sizeof *ly);
+    if (!ly) return;
+    for (int l = 0; l < hp->num_hidden_layers; l++) {
+        const struct tern_layer *w = &m->w.layers[l];
+        ly[l].qkv = &w->qkv_proj;
+        ly[l].o = &w->o_proj;
+        ly[l].gate_up = &w->gate_up_proj;
+        ly[l].down = &w->down_proj;
+        ly[l].in_norm = &w->input_layernorm;
+        ly[l].post_norm = &w->post_attention_layernorm;
+    }
+    struct tern_step_desc d = {
+        .n_layers = hp->num_hidden_layers,
+        .layers = ly,
+        .final_norm = &m->w.norm,
+        .lm_head = &m->w.lm_head,
+        .hidden = hp->hidden_size,
+        .intermediate = hp->intermediate_size,
+        .vocab = hp->vocab_size,
+        .eps = hp->rms_norm_eps,
+        .qk_norm = m->arch->qk_norm,
+        .rope = &m->rope,
+        .attn = &m->attn,
+    };
+    enum tern_status st = ops->step_prepare(m->be, &d, &m->step);
+    if (st != TERN_OK) {
+        m->step = NULL;
+        tern_log(TERN_LOG_INFO, "forward: decode runs op by op (%s)", tern_last_error());
+    }
+    tern_free(ly);
+}
+
 enum tern_status tern_model_core_load(struct tern_snapshot *snap, const struct tern_json_doc *cfg,
                                       const struct tern_backend_params *bp, bool progress,
                                       struct tern_model_core *m)
@@ -547,6 +593,7 @@ enum tern_status tern_model_core_load(struct tern_snapshot *snap, const struct t
     m->attn.scale = 1.0f / sqrtf((float)hp->head_dim);
     m->attn.sliding_window = hp->sliding_window;
     m->attn.softcap = 0;
+    step_prepare(m);
     return TERN_OK;
 fail:
     tern_model_core_free(m);
@@ -556,6 +603,8 @@ fail:
 void tern_model_core_free(struct tern_model_core *m)
 {
     if (!m->be) return;
+    if (m->step) m->be->ops->step_free(m->be, m->step);
+    m->step = NULL;
     tern_dtensor_free(m->be, &m->rope.inv_freq);
     tern_weights_free(m->be, &m->w);
     tern_backend_destroy(m->be);

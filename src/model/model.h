@@ -129,6 +129,9 @@ struct tern_model_core {
     struct tern_weights w;
     struct tern_rope rope; /* inv_freq buffer owned here */
     struct tern_attn_params attn;
+    /* The backend's one-op decode step for a single sequence (step_prepare),
+     * or NULL: the forward then runs op by op. */
+    struct tern_step_plan *step;
 };
 
 enum tern_status tern_model_core_load(struct tern_snapshot *snap, const struct tern_json_doc *cfg,

@@ -496,6 +496,9 @@ static const struct tern_backend_ops cuda_ops = {
     .add = cu_add,
     .argmax = cu_argmax,
     .sample = cu_sample,
+    .step_prepare = tern_cuda_step_prepare,
+    .step_run = tern_cuda_step_run,
+    .step_free = tern_cuda_step_free,
     .graph_begin = tern_cuda_graph_begin,
     .graph_end = tern_cuda_graph_end,
     .graph_launch = tern_cuda_graph_launch,
@@ -554,6 +557,9 @@ enum tern_status tern_backend_cuda_create(const struct tern_backend_params *para
     if (!tern_cuda_fuse_named("nmm")) c->ops.norm_matmul = NULL;
     /* with the opt-in qka the forward keeps qk_rope_store_attention's flow */
     if (tern_cuda_fuse_named("qka")) c->ops.matmul_rope_store = NULL;
+    /* the decode step as one kernel (cuda_step.c) unless TERN_CUDA_STEP=0 */
+    const char *stp = getenv("TERN_CUDA_STEP");
+    if (stp && strcmp(stp, "0") == 0) c->ops.step_prepare = NULL;
     c->base.ops = &c->ops;
     c->base.device = TERN_DEVICE_CUDA;
     c->base.act_dtype = TERN_DTYPE_BF16;

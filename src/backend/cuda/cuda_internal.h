@@ -139,6 +139,14 @@ enum tern_status tern_cuda_attention(struct tern_backend *be, const struct tern_
 enum tern_status tern_cuda_kv_store(struct tern_backend *be, const struct tern_dtensor *qkv,
                                     int64_t k_col, int64_t v_col,
                                     const struct tern_batch_dev *batch, struct tern_kv_layer *kv);
+/* The decode step as one kernel (cuda_step.c). */
+enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct tern_step_desc *d,
+                                        struct tern_step_plan **out);
+enum tern_status tern_cuda_step_run(struct tern_backend *be, struct tern_step_plan *p,
+                                    struct tern_dtensor *residual,
+                                    const struct tern_batch_dev *batch, struct tern_kv_layer *kv,
+                                    struct tern_dtensor *logits);
+void tern_cuda_step_free(struct tern_backend *be, struct tern_step_plan *p);
 /* Whether a fused op ("qkr": qk_rope_store, "qka": qk_rope_store_attention,
  * "mrs": matmul_rope_store,
  * "glu": matmul_glu, "arn": matmul_add_rmsnorm, "nmm": norm_matmul and the

@@ -1,0 +1,249 @@
+/*
+ * cuda_step.c — the step_prepare / step_run / step_free ops of the CUDA
+ * backend: the decode step of one sequence as one persistent kernel
+ * (cuda_step.cu). step_prepare checks that the model fits the kernel,
+ * repacks every projection and the head into records (576 bytes per 16-row
+ * tile and 64-k group; held beside the MLX layout, which prefill and the
+ * batched decode keep reading) and picks each GEMV's warps per tile so the
+ * op balances over the grid. step_run points the argument block at the
+ * batch, the caches and the scratch, and launches (graph-capturable).
+ * TERN_CUDA_STEP=0 turns the op off (cuda.c).
+ */
+#include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_step.h"
+#include "base/base.h"
+
+#define STEP_NW 16 /* cuda_step.cu's ST_NW */
+#define STEP_LT 32 /* cuda_step.cu's ST_LT */
+
+struct tern_step_plan {
+    tk_step_args args; /* the launch's block, batch fields filled per run */
+    tk_step_op *ops_dev;
+    void **rec; /* the records of each op */
+    int n_ops;
+    int grid;
+    int64_t qkv_w, E, F, nq_hd, vocab;
+    void *scratch; /* qkv | attn | act (BF16), att_cnt, ctr */
+};
+
+static enum tern_status unsupported(const char *why)
+{
+    return tern_error(TERN_E_UNSUPPORTED, "decode step kernel: %s", why);
+}
+
+/* A 4-bit group-64 linear with BF16 scales and biases, no additive bias,
+ * of the given shape. */
+static bool q4_fits(const struct tern_linear *w, int64_t out, int64_t in)
+{
+    return w && w->weight.buf && w->bits == 4 && w->group_size == 64 && !w->bias.buf &&
+           w->scales.dtype == TERN_DTYPE_BF16 && w->biases.dtype == TERN_DTYPE_BF16 &&
+           w->in_features == in && w->out_features == out && in % 64 == 0;
+}
+
+static bool bf16_vec(const struct tern_dtensor *t, int64_t n)
+{
+    return t && t->buf && t->dtype == TERN_DTYPE_BF16 && (int64_t)tern_dtensor_numel(t) == n;
+}
+
+/* The op's warps per tile (1 << lks): the share that balances its tiles
+ * best over the grid's warp groups, with at most STEP_LT tiles per group;
+ * within 2% the fewer warps per tile (longer slices: fewer tile ends). On
+ * the 8B (132 SMs): qkv and o 16, gate_up, down and lm_head 8, the best
+ * of the lab's sweeps (docs/perf/quant.md). -1: none fits. */
+static int pick_lks(int64_t tiles, int64_t nG, int grid)
+{
+    int best = -1;
+    double best_eff = -1.0;
+    for (int lks = 0; lks <= 4; lks++) {
+        int64_t ks = 1 << lks;
+        if (nG % ks) continue;
+        int64_t units = (int64_t)grid * (STEP_NW / ks), lt = (tiles + units - 1) / units;
+        if (lt > STEP_LT) continue;
+        double eff = (double)tiles / (double)(units * lt);
+        if (eff > best_eff + 0.02) best_eff = eff, best = lks;
+    }
+    return best;
+}
+
+enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct tern_step_desc *d,
+                                        struct tern_step_plan **out)
+{
+    struct tern_cuda *c = tern_cuda_of(be);
+    *out = NULL;
+    const struct tern_attn_params *ap = d->attn;
+    const struct tern_rope *rp = d->rope;
+    int64_t E = d->hidden, F = d->intermediate, V = d->vocab, hd = ap->head_dim;
+    int64_t nq = ap->n_heads, nkv = ap->n_kv_heads;
+    if (be->deterministic) return unsupported("deterministic mode");
+    if (be->act_dtype != TERN_DTYPE_BF16 || be->kv_dtype != TERN_DTYPE_BF16)
+        return unsupported("activations or KV cache not BF16");
+    if (d->qk_norm || ap->sliding_window || ap->softcap != 0.0f || rp->interleaved)
+        return unsupported("head norms, sliding window, softcap or interleaved rope");
+    if (d->n_layers < 1 || d->n_layers > TK_STEP_MAX_LAYERS || hd > TK_STEP_MAX_HD || hd % 8 ||
+        nkv < 1 || nq % nkv || nq / nkv > TK_STEP_MAX_G || rp->rotary_dim % 2 ||
+        rp->rotary_dim > hd)
+        return unsupported("layer count or head shape");
+    int64_t qkv_w = (nq + 2 * nkv) * hd;
+    if (E % 64 || F % 64 || (nq * hd) % 64 || E > TK_STEP_MAX_K || F > TK_STEP_MAX_K ||
+        nq * hd > TK_STEP_MAX_K || E % 16 || (nq * hd) % 16)
+        return unsupported("hidden / intermediate / head widths");
+    for (int l = 0; l < d->n_layers; l++) {
+        const struct tern_step_layer *ly = &d->layers[l];
+        if (!q4_fits(ly->qkv, qkv_w, E) || !q4_fits(ly->o, E, nq * hd) ||
+            !q4_fits(ly->gate_up, 2 * F, E) || !q4_fits(ly->down, E, F) ||
+            !bf16_vec(ly->in_norm, E) || !bf16_vec(ly->post_norm, E))
+            return unsupported("a layer is not fused 4-bit group-64 projections with BF16 norms");
+    }
+    if (!q4_fits(d->lm_head, V, E) || !bf16_vec(d->final_norm, E))
+        return unsupported("the head is not 4-bit group 64");
+    int per_sm = 0;
+    if (tk_step_fits(&per_sm) != cudaSuccess || per_sm < 1) {
+        cudaGetLastError();
+        return unsupported("the kernel's shared memory does not fit this device");
+    }
+    int coop = 0;
+    cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, c->device);
+    if (!coop) return unsupported("no cooperative launch on this device");
+    int grid = c->n_sm;
+    int G = (int)(nq / nkv);
+    int max_splits = (int)(tk_step_merge_floats() / ((size_t)G * (size_t)(hd + 4)));
+    if (max_splits > grid / (int)nkv) max_splits = grid / (int)nkv;
+    if (max_splits > 64) max_splits = 64;
+    if (max_splits < 1) return unsupported("too many kv heads for the grid");
+
+    struct tern_step_plan *p = tern_calloc(1, sizeof *p);
+    if (!p) return TERN_E_NO_MEMORY;
+    p->n_ops = 4 * d->n_layers + 1;
+    p->grid = grid;
+    p->qkv_w = qkv_w, p->E = E, p->F = F, p->nq_hd = nq * hd, p->vocab = V;
+    tk_step_op *ops = tern_calloc((size_t)p->n_ops, sizeof *ops);
+    p->rec = tern_calloc((size_t)p->n_ops, sizeof *p->rec);
+    enum tern_status st = TERN_OK;
+    size_t rec_bytes = 0;
+    if (!ops || !p->rec) {
+        st = TERN_E_NO_MEMORY;
+        goto fail;
+    }
+    for (int i = 0; i < p->n_ops; i++) {
+        int l = i / 4, kind = i == p->n_ops - 1 ? 4 : i % 4;
+        const struct tern_linear *w = NULL;
+        const struct tern_dtensor *nw = NULL;
+        int64_t glu = 0;
+        switch (kind) {
+        case 0: w = d->layers[l].qkv, nw = d->layers[l].in_norm; break;
+        case 1: w = d->layers[l].o; break;
+        case 2: w = d->layers[l].gate_up, nw = d->layers[l].post_norm, glu = F; break;
+        case 3: w = d->layers[l].down; break;
+        default: w = d->lm_head, nw = d->final_norm;
+        }
+        int64_t in = w->in_features, rows = w->out_features;
+        int64_t tiles = glu ? (glu + 7) / 8 : (rows + 15) / 16, nG = in / 64;
+        int lks = pick_lks(tiles, nG, grid);
+        if (lks < 0) {
+            st = unsupported("an op has too many tiles for the grid");
+            goto fail;
+        }
+        size_t bytes = (size_t)tiles * (size_t)nG * 576;
+        cudaError_t e = cudaMalloc(&p->rec[i], bytes);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            p->rec[i] = NULL;
+            st = tern_error(TERN_E_NO_MEMORY, "decode step kernel: %zu bytes of records", bytes);
+            goto fail;
+        }
+        e = tk_step_repack(c->stream, tern_cuda_ptr(&w->weight), tern_cuda_ptr(&w->scales),
+                           tern_cuda_ptr(&w->biases), rows, in, glu, p->rec[i]);
+        if (e != cudaSuccess) {
+            st = tern_cuda_fail("tk_step_repack", (int)e, __FILE__, __LINE__);
+            goto fail;
+        }
+        rec_bytes += bytes;
+        ops[i].rec = p->rec[i];
+        ops[i].norm_w = nw ? tern_cuda_ptr(nw) : NULL;
+        ops[i].kind = kind;
+        ops[i].in = (int)in;
+        ops[i].out = (int)rows;
+        ops[i].nG = (int)nG;
+        ops[i].tiles = (int)tiles;
+        ops[i].lks = lks;
+    }
+    size_t act_bytes = (size_t)(qkv_w + nq * hd + F) * 2;
+    size_t ws_bytes = (size_t)nkv * (size_t)max_splits * (size_t)G * (size_t)(hd + 4) * 4;
+    size_t total = act_bytes + ws_bytes + (size_t)(nkv + 1) * 4 + 256;
+    if (cudaMalloc(&p->scratch, total) != cudaSuccess ||
+        cudaMalloc((void **)&p->ops_dev, (size_t)p->n_ops * sizeof *ops) != cudaSuccess) {
+        cudaGetLastError();
+        st = tern_error(TERN_E_NO_MEMORY, "decode step kernel: scratch");
+        goto fail;
+    }
+    TERN_CU(cudaMemcpyAsync(p->ops_dev, ops, (size_t)p->n_ops * sizeof *ops,
+                            cudaMemcpyHostToDevice, c->stream));
+    char *s = p->scratch;
+    tk_step_args *a = &p->args;
+    a->ops = p->ops_dev;
+    a->n_layers = d->n_layers;
+    a->E = (int)E, a->F = (int)F, a->nq = (int)nq, a->nkv = (int)nkv, a->hd = (int)hd;
+    a->rot = rp->rotary_dim;
+    a->eps = d->eps, a->scale = ap->scale, a->mscale = rp->mscale;
+    a->inv_freq = tern_cuda_ptr(&rp->inv_freq);
+    a->qkv = s;
+    a->attn = s + (size_t)qkv_w * 2;
+    a->act = s + (size_t)(qkv_w + nq * hd) * 2;
+    a->att_ws = (float *)(s + ((act_bytes + 255) & ~(size_t)255));
+    a->att_cnt = (unsigned *)((char *)a->att_ws + ws_bytes);
+    a->ctr = a->att_cnt + nkv;
+    a->max_splits = max_splits;
+    TERN_CU(cudaMemsetAsync(a->att_cnt, 0, (size_t)(nkv + 1) * 4, c->stream));
+    TERN_CU(cudaStreamSynchronize(c->stream)); /* ops' host copy, and the repacks, done */
+    tern_free(ops);
+    tern_log(TERN_LOG_INFO,
+             "decode step kernel: %d ops on %d SMs, %.2f GB of records, %d attention splits "
+             "per kv head at most",
+             p->n_ops, grid, (double)rec_bytes / 1e9, max_splits);
+    *out = p;
+    return TERN_OK;
+fail:
+    tern_free(ops);
+    tern_cuda_step_free(be, p);
+    return st;
+}
+
+enum tern_status tern_cuda_step_run(struct tern_backend *be, struct tern_step_plan *p,
+                                    struct tern_dtensor *residual,
+                                    const struct tern_batch_dev *batch, struct tern_kv_layer *kv,
+                                    struct tern_dtensor *logits)
+{
+    struct tern_cuda *c = tern_cuda_of(be);
+    if (!batch->host || batch->host->n_seqs != 1 || batch->host->n_tokens != 1)
+        return tern_error(TERN_E_INVALID_ARG, "decode step kernel: one sequence, one token");
+    if (residual->dtype != TERN_DTYPE_F32 || (int64_t)tern_dtensor_numel(residual) != p->E ||
+        logits->dtype != TERN_DTYPE_F32 || (int64_t)tern_dtensor_numel(logits) != p->vocab)
+        return tern_error(TERN_E_INVALID_ARG, "decode step kernel: residual [1, %lld] and logits "
+                          "[1, %lld] F32 expected", (long long)p->E, (long long)p->vocab);
+    tk_step_args *a = &p->args;
+    for (int l = 0; l < a->n_layers; l++) {
+        a->kc[l] = tern_cuda_ptr(&kv[l].k);
+        a->vc[l] = tern_cuda_ptr(&kv[l].v);
+    }
+    a->res = tern_cuda_ptr(residual);
+    a->logits = tern_cuda_ptr(logits);
+    a->pos = tern_cuda_ptr(&batch->positions);
+    a->slot = tern_cuda_ptr(&batch->slot_mapping);
+    a->seq_len = tern_cuda_ptr(&batch->seq_lens);
+    a->btab = tern_cuda_ptr(&batch->block_tables);
+    a->bs = batch->block_size;
+    TERN_CU(tk_step_launch(c->stream, a, p->grid));
+    return TERN_OK;
+}
+
+void tern_cuda_step_free(struct tern_backend *be, struct tern_step_plan *p)
+{
+    if (!p) return;
+    tern_cuda_of(be);
+    if (p->rec)
+        for (int i = 0; i < p->n_ops; i++) cudaFree(p->rec[i]);
+    cudaFree(p->ops_dev);
+    cudaFree(p->scratch);
+    tern_free(p->rec);
+    tern_free(p);
+}
