@@ -15,6 +15,8 @@
  *     at least TIE;
  *   - greedy generation (captured graphs) matches the op-by-op path up to
  *     the first near-tie.
+ * Then a wider model the test writes itself (test_step_wide: the 8B's head
+ * shape, several warps per tile) against the op-by-op forward.
  * Skips (and says so) without a CUDA device.
  */
 #include "testutil.h"
@@ -25,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define STEP_REL 2e-2
@@ -32,18 +35,23 @@
 #define TIE 1e-2
 #define N_POS 150
 
-static char qdir[256];
+static char qdir[256], wdir[256];
 
-static struct tern_model *open_on(enum tern_device dev, bool step)
+static struct tern_model *open_dir(const char *dir, enum tern_device dev, bool step)
 {
     struct tern_model_params mp = tern_model_default_params();
     mp.device = dev;
     if (!step) setenv("TERN_CUDA_STEP", "0", 1);
     struct tern_model *m = NULL;
-    enum tern_status st = tern_model_open(qdir, &mp, &m);
+    enum tern_status st = tern_model_open(dir, &mp, &m);
     unsetenv("TERN_CUDA_STEP");
-    if (st != TERN_OK) fail_msg("%s: %s", qdir, tern_last_error());
+    if (st != TERN_OK) fail_msg("%s: %s", dir, tern_last_error());
     return m;
+}
+
+static struct tern_model *open_on(enum tern_device dev, bool step)
+{
+    return open_dir(qdir, dev, step);
 }
 
 static float *logits_of(struct tern_model *m, const int32_t *ids, int n, int V)
@@ -150,6 +158,138 @@ static void test_step_logits(void **state)
     tern_model_close(ops);
 }
 
+/* A wider model, written here with random BF16 weights and quantized:
+ * hidden 1024, ff 2816 (down's 44 groups: 4 warps per tile, slices of 11
+ * records, a short last chunk), 8 q heads on 2 kv heads of 128 (G = 4, the
+ * 8B's), llama3 rope, 2 layers, vocab 2048; qkv / o / gate_up / lm_head
+ * take 16 warps per tile, so the tile sums of several warps run. */
+#define W_E 1024
+#define W_F 2816
+#define W_V 2048
+#define W_L 2
+
+struct st_out {
+    FILE *f;
+    char hdr[8192];
+    size_t hlen, off;
+};
+
+static void st_add(struct st_out *o, const char *name, int64_t r, int64_t c)
+{
+    size_t n = (size_t)(r * (c ? c : 1)) * 2;
+    int k = c ? snprintf(o->hdr + o->hlen, sizeof o->hdr - o->hlen,
+                         "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%lld,%lld],\"data_offsets\":[%zu,%zu]}",
+                         o->hlen > 1 ? "," : "", name, (long long)r, (long long)c, o->off, o->off + n)
+              : snprintf(o->hdr + o->hlen, sizeof o->hdr - o->hlen,
+                         "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%lld],\"data_offsets\":[%zu,%zu]}",
+                         o->hlen > 1 ? "," : "", name, (long long)r, o->off, o->off + n);
+    o->hlen += (size_t)k;
+    o->off += n;
+}
+
+/* Every tensor's name and shape, in file order (pass 0: header, 1: data). */
+static void wide_tensors(struct st_out *o, int pass, uint64_t *rng)
+{
+    char name[128];
+    struct { const char *n; int64_t r, c; float amp, base; } per[] = {
+        {"self_attn.q_proj.weight", 8 * 128, W_E, 0.05f, 0}, {"self_attn.k_proj.weight", 2 * 128, W_E, 0.05f, 0},
+        {"self_attn.v_proj.weight", 2 * 128, W_E, 0.05f, 0}, {"self_attn.o_proj.weight", W_E, 8 * 128, 0.03f, 0},
+        {"mlp.gate_proj.weight", W_F, W_E, 0.05f, 0},       {"mlp.up_proj.weight", W_F, W_E, 0.05f, 0},
+        {"mlp.down_proj.weight", W_E, W_F, 0.03f, 0},       {"input_layernorm.weight", W_E, 0, 0.2f, 1},
+        {"post_attention_layernorm.weight", W_E, 0, 0.2f, 1}};
+    struct { const char *n; int64_t r, c; float amp, base; } top[] = {
+        {"model.embed_tokens.weight", W_V, W_E, 1.0f, 0}, {"model.norm.weight", W_E, 0, 0.2f, 1},
+        {"lm_head.weight", W_V, W_E, 0.05f, 0}};
+    for (int t = 0; t < 3 + W_L * 9; t++) {
+        const char *n;
+        int64_t r, c;
+        float amp, base;
+        if (t < 3) {
+            n = top[t].n, r = top[t].r, c = top[t].c, amp = top[t].amp, base = top[t].base;
+            snprintf(name, sizeof name, "%s", n);
+        } else {
+            int l = (t - 3) / 9, k = (t - 3) % 9;
+            r = per[k].r, c = per[k].c, amp = per[k].amp, base = per[k].base;
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, per[k].n);
+        }
+        if (pass == 0) {
+            st_add(o, name, r, c);
+            continue;
+        }
+        size_t n_el = (size_t)(r * (c ? c : 1));
+        for (size_t i = 0; i < n_el; i++) {
+            float v = base + amp * tu_frand(rng);
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            uint16_t h = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+            fwrite(&h, 2, 1, o->f);
+        }
+    }
+}
+
+static bool write_wide(const char *dir)
+{
+    char path[300];
+    if (mkdir(dir, 0755) != 0) return false;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return false;
+    fprintf(f, "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"hidden_size\":%d,"
+               "\"intermediate_size\":%d,\"num_attention_heads\":8,\"num_key_value_heads\":2,"
+               "\"head_dim\":128,\"num_hidden_layers\":%d,\"vocab_size\":%d,\"rms_norm_eps\":1e-5,"
+               "\"rope_theta\":500000.0,\"max_position_embeddings\":4096,\"rope_scaling\":{\"factor\":8.0,"
+               "\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,\"original_max_position_embeddings\":"
+               "1024,\"rope_type\":\"llama3\"},\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\"}\n",
+            W_E, W_F, W_L, W_V);
+    fclose(f);
+    struct st_out o = {.hdr = "{", .hlen = 1};
+    uint64_t rng = 12345;
+    wide_tensors(&o, 0, &rng);
+    o.hdr[o.hlen++] = '}';
+    while (o.hlen % 8) o.hdr[o.hlen++] = ' ';
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    o.f = fopen(path, "wb");
+    if (!o.f) return false;
+    uint64_t hl = o.hlen;
+    fwrite(&hl, 8, 1, o.f);
+    fwrite(o.hdr, 1, o.hlen, o.f);
+    wide_tensors(&o, 1, &rng);
+    return fclose(o.f) == 0;
+}
+
+static void test_step_wide(void **state)
+{
+    (void)state;
+    if (!wdir[0]) skip();
+    struct tern_model *ops = open_dir(wdir, TERN_DEVICE_CUDA, false);
+    struct tern_model *stp = open_dir(wdir, TERN_DEVICE_CUDA, true);
+    if (!stp->core.step) fail_msg("no decode step plan for %s", wdir);
+    int V = W_V;
+    int32_t ids[N_POS];
+    for (int i = 0; i < N_POS; i++) ids[i] = (int32_t)(((int64_t)i * 7919 + 13) % V);
+    float *a = logits_of(ops, ids, N_POS, V), *b = logits_of(stp, ids, N_POS, V);
+    double e_ops = tu_max_rel_err(b, a, (size_t)N_POS * V);
+    int agree = 0, close = 0;
+    for (int i = 0; i < N_POS; i++) {
+        int ra = 0, rb = 0;
+        double gap = top2_gap(a + (size_t)i * V, V, &ra);
+        top2_gap(b + (size_t)i * V, V, &rb);
+        if (gap < TIE) {
+            close++;
+            continue;
+        }
+        if (ra != rb) fail_msg("position %d: argmax %d, op-by-op %d (gap %.2e)", i, rb, ra, gap);
+        agree++;
+    }
+    printf("  wide model: step vs op-by-op %.2e over %d positions; argmax equal at %d (%d near-ties)\n",
+           e_ops, N_POS, agree, close);
+    if (!(e_ops <= STEP_REL)) fail_msg("step logits vs op-by-op: rel err %.3e", e_ops);
+    tern_free(a);
+    tern_free(b);
+    tern_model_close(stp);
+    tern_model_close(ops);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -160,10 +300,15 @@ static int setup(void **state)
     char tmpl[] = "/tmp/tern-step-XXXXXX";
     if (!mkdtemp(tmpl)) return 1;
     snprintf(qdir, sizeof qdir, "%s/q4", tmpl);
+    char wide[300];
+    snprintf(wide, sizeof wide, "%s/wide", tmpl);
+    snprintf(wdir, sizeof wdir, "%s/wide-q4", tmpl);
     char *src = tu_fixture("models/tiny-llama-yarn");
     struct tern_quantize_params qp = tern_quantize_default_params();
     enum tern_status st = tern_quantize(src, qdir, &qp);
     tern_free(src);
+    if (st == TERN_OK && !write_wide(wide)) st = tern_error(TERN_E_IO, "writing %s", wide);
+    if (st == TERN_OK) st = tern_quantize(wide, wdir, &qp);
     if (st != TERN_OK) {
         printf("quantize: %s\n", tern_last_error());
         return 1;
@@ -184,6 +329,7 @@ static int teardown(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_step_logits)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_step_logits),
+                                       cmocka_unit_test(test_step_wide)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }
