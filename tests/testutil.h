@@ -84,4 +84,13 @@ char *tu_write_temp(const char *name, const void *data, size_t len);
 /* Makes a fresh temporary directory (tern_free). */
 char *tu_temp_dir(const char *tag);
 
+struct tern_model;
+/* Every position's logits [n, V] of ids through an engine of one sequence
+ * (batches of `chunk` tokens, `block_size`-position KV blocks, context 256);
+ * tern_free the result. Fails the test on error. */
+float *tu_model_logits(struct tern_model *m, const int32_t *ids, int n, int V, int chunk,
+                       int block_size);
+/* The G greedy tokens after ids (one sequence, context 256); tern_free. */
+int32_t *tu_model_greedy(struct tern_model *m, const int32_t *ids, int n, int G);
+
 #endif

@@ -1,25 +1,27 @@
 /*
- * persist6_lab.cu — kernel lab for issue 7: persist5_lab.cu's whole 8B 4-bit
- * decode step as one persistent kernel, with the three costs its first run
- * (docs/perf/quant.md, "persist5 / persist6") showed taken out:
- *  - tile sums: a tile belongs to one group of KS warps of one block (KS per
- *    op, chosen on the host so every op balances over the grid); warp j of
- *    the group takes the tile's j-th contiguous slice of groups, keeps its
- *    sums in registers over its chunks, writes ONE 16-float part per tile
- *    into shared memory and counts it in on a shared counter; the last warp
- *    adds the parts in warp order and runs the epilogue. persist5 counted
- *    every chunk in on a global acq_rel atomic: 4209 us for the GEMVs alone.
- *  - the on-demand loads of the phases (norm weights, the K/V cache) waited
- *    behind the rings' bulk copies (19.5 MB in flight at every barrier):
- *    they are prefetched into L2 one op ahead (cp.async.bulk.prefetch.L2),
- *    and the weight stream can carry an L2 evict_first policy (-DEF=1).
- *  - attention: one warp per (kv head, 32 positions) item, lanes over
- *    positions for q.k (the 4 q heads' rows in shared memory), lanes over
- *    dims for p.v, the last split of a head merging in split order.
- * Same outputs check as persist5 (finite logits; this lab projects time).
- * Run: ./persist6_lab [layers (32)] [context (550)]
+ * persist6_lab.cu — kernel lab for issue 7: the whole 8B 4-bit decode step
+ * (32 layers + lm_head, 576-byte records) as ONE persistent cooperative
+ * kernel, one 16-warp block per SM, the prototype of the library's
+ * cuda_step.cu (docs/perf/quant.md, "persist5 / persist6 labs": 5166 us as
+ * first written (persist5, removed after 96045da) -> 1764 us, 58.5% of the
+ * floor, every phase in). Per layer: RMSNorm of the residual into every
+ * block's shared x; qkv GEMV; grid barrier; attention items (kv head, split
+ * of 64 positions) on whole blocks; barrier; o GEMV into the residual;
+ * norm; gate_up GEMV with silu * up; down GEMV into the residual.
+ * GEMVs: per-warp cp.async.bulk rings of S6 chunks of C6 records running
+ * ahead across ops; a tile on a group of KS warps of one block (warp j: the
+ * j-th contiguous slice of the tile's groups), its slices' sums added in
+ * warp order after a block barrier (FIN 3; 0-2: the counted variants).
+ * Switches (-D): S6, C6, EF (L2 evict_first on the stream), FIN, XS (x
+ * sums once per op instead of an MMA), EI (issue before the arithmetic),
+ * PF (K/V into L2 one op ahead), KS_QKV / KS_O / KS_GU / KS_DN / KS_LM,
+ * ATT_LSU (attention rows by cp.async, not bulk). Only finite logits are
+ * checked (the arithmetic is q8_lab's; the library has test_step_cuda).
+ * Prints the step with and without its phases, per-op and per-phase times
+ * (block 0's clock) and the attention's stamps.
+ * Run: ./persist6_lab [layers (32)] [context (550, <= 1024)]
  * Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I src \
- *          dev/kernels/persist6_lab.cu -o persist6_lab   (-DS6= -DC6= -DEF=1)
+ *          dev/kernels/persist6_lab.cu -o persist6_lab
  */
 #include "backend/cuda/cuda_qmma.cuh"
 #include "lab_common.cuh"
@@ -48,14 +50,11 @@
 #ifndef ATT_LANE
 #define ATT_LANE 0 /* the lane that counts an attention split in */
 #endif
-#ifndef ATT
-#define ATT 3 /* 1: per-warp items, global loads; 2: per-block items staged by bulk copies */
-#endif
 #ifndef EI
 #define EI 0 /* issue the next chunk into the stage once its words are in registers, before the arithmetic */
 #endif
 #ifndef PF
-#define PF 2 /* 1 (ATT 2): the block's K/V rows by bulk prefetches; 2: the layer's K/V by every thread; the K/V rows prefetched into L2 one op ahead */
+#define PF 2 /* 2: the layer's K/V prefetched into L2 by every thread one op ahead (0: not) */
 #endif
 #ifndef ATT_LSU
 #define ATT_LSU 1 /* ATT 3: the rows and the merge's partials by 16-byte cp.async, not bulk copies */
@@ -82,9 +81,6 @@
 #define FF 14336
 #define NKV 8
 #define HD 128
-#ifndef SPL
-#define SPL 32 /* positions per attention item (<= 32) */
-#endif
 #define MAXK FF
 #define MAX_SPLITS 128
 #define AST (HD + 4) /* a head's partial: HD sums, m, l, 2 pad (16-byte rows) */
@@ -176,28 +172,6 @@ static __device__ __forceinline__ void issue6(cur6 &c, int n_ops, int warp, uint
     }
 }
 
-/* q8_group with the group's sum of x given (persist_lab.cu's q8_group_xs). */
-static __device__ __forceinline__ void q8_group_xs(const uint4 w, const uint4 xa, const uint4 xb,
-                                                   uint2 sbv, float Xg, const uint4 kc, float *acc)
-{
-    float cg[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const uint32_t ww[4] = {w.x, w.y, w.z, w.w};
-    const uint32_t xr[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-#pragma unroll
-    for (int s = 0; s < 4; s++) {
-        uint32_t v = ww[s];
-        tk_mma_bf16(cg, q8_lop(v, kc.x), q8_lop(v >> 4, kc.x), q8_lop(v >> 8, kc.x),
-                    q8_lop(v >> 12, kc.x), xr[2 * s], xr[2 * s + 1]);
-    }
-    float s0 = __uint_as_float(sbv.x << 16), s1 = __uint_as_float(sbv.x & 0xffff0000u);
-    float o0 = fmaf(-128.0f, s0, __uint_as_float(sbv.y << 16)) * Xg;
-    float o1 = fmaf(-128.0f, s1, __uint_as_float(sbv.y & 0xffff0000u)) * Xg;
-    acc[0] = fmaf(s0, cg[0], acc[0] + o0);
-    acc[1] = fmaf(s0, cg[1], acc[1] + o0);
-    acc[2] = fmaf(s1, cg[2], acc[2] + o1);
-    acc[3] = fmaf(s1, cg[3], acc[3] + o1);
-}
-
 static __device__ __forceinline__ void prefetch_l2(const void *p, uint32_t bytes)
 {
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
@@ -234,149 +208,7 @@ static __device__ void load_x(const bf16 *src, int n, bf16 *xs)
     __syncthreads();
 }
 
-/* The attention items it = (kv head h, split sp) go round-robin over the
- * blocks, then over a block's warps: warp w of block b takes it = b + B (w + NW m). */
-#define FOR_MY_ITEMS(it, n_items, warp) \
-    for (int it = blockIdx.x + gridDim.x * (warp); it < (n_items); it += gridDim.x * NW)
-
-static __device__ void att_prefetch(const step_args &a, int layer, int h, int sp, int lane)
-{
-    int p = sp * SPL + lane;
-    if (lane >= SPL || p >= a.ctx) return;
-    size_t off = (size_t)layer * a.ctx * NKV * HD + ((size_t)p * NKV + h) * HD;
-    prefetch_l2(a.kc + off, HD * 2);
-    prefetch_l2(a.vc + off, HD * 2);
-}
-
-/* One warp: q.k with lanes over positions, softmax, p.v with lanes over
- * dims; the partial to the workspace; the last split of h merges. */
-static __device__ unsigned long long g_att_ts[16]; /* 0 item start, 1 its partial written, 2 counted in, 3 merge start, 4 end (head 0, last layer) */
-
-static __device__ void att_item(const step_args &a, int layer, int h, int sp, int n_sp,
-                                float (*qs)[HD], int lane)
-{
-    if (h == 0 && sp == 0 && lane == 0) g_att_ts[0] = lab_gtimer();
-    const bf16 *q = a.qkv + h * 4 * HD;
-    for (int i = lane; i < 4 * HD / 4; i += 32) { /* 4 values per step */
-        uint2 u = __ldcg((const uint2 *)q + i);
-        const bf16 *e = (const bf16 *)&u;
-#pragma unroll
-        for (int d = 0; d < 4; d++) qs[(4 * i + d) / HD][(4 * i + d) % HD] = __bfloat162float(e[d]) * 0.0884f;
-    }
-    __syncwarp();
-    int p = sp * SPL + lane;
-    bool ok = lane < SPL && p < a.ctx;
-    size_t lbase = (size_t)layer * a.ctx * NKV * HD;
-    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (ok) {
-        const uint4 *kr = (const uint4 *)(a.kc + lbase + ((size_t)p * NKV + h) * HD);
-        uint4 kv[HD / 8];
-#pragma unroll
-        for (int j = 0; j < HD / 8; j++) kv[j] = __ldg(kr + j);
-#pragma unroll
-        for (int j = 0; j < HD / 8; j++) {
-            const bf16 *k = (const bf16 *)&kv[j];
-#pragma unroll
-            for (int d = 0; d < 8; d++) {
-                float kf = __bfloat162float(k[d]);
-#pragma unroll
-                for (int g = 0; g < 4; g++) s[g] = fmaf(qs[g][8 * j + d], kf, s[g]);
-            }
-        }
-    }
-    if (h == 0 && sp == 0 && lane == 0) g_att_ts[5] = lab_gtimer();
-    float m[4], l[4], pr[4];
-#pragma unroll
-    for (int g = 0; g < 4; g++) {
-        float v = ok ? s[g] : -INFINITY;
-#pragma unroll
-        for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-        m[g] = v;
-        pr[g] = ok ? __expf(s[g] - v) : 0.0f;
-        l[g] = tk_warp_sum(pr[g]);
-    }
-    float acc[4][4] = {};
-    int n = min(SPL, a.ctx - sp * SPL);
-    const bf16 *vb = a.vc + lbase + ((size_t)(sp * SPL) * NKV + h) * HD + lane * 4;
-#pragma unroll 8
-    for (int j = 0; j < n; j++) {
-        uint2 vu = __ldg((const uint2 *)(vb + (size_t)j * NKV * HD));
-        const bf16 *v = (const bf16 *)&vu;
-#pragma unroll
-        for (int g = 0; g < 4; g++) {
-            float pj = __shfl_sync(0xffffffffu, pr[g], j);
-#pragma unroll
-            for (int d = 0; d < 4; d++) acc[g][d] = fmaf(pj, __bfloat162float(v[d]), acc[g][d]);
-        }
-    }
-    if (h == 0 && sp == 0 && lane == 0) g_att_ts[6] = lab_gtimer();
-    float *ws = a.att_ws + ((size_t)h * MAX_SPLITS + sp) * 4 * AST;
-#pragma unroll
-    for (int g = 0; g < 4; g++) {
-        *(float4 *)(ws + g * AST + lane * 4) = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
-        if (lane == 0) ws[g * AST + HD] = m[g], ws[g * AST + HD + 1] = l[g];
-    }
-    __syncwarp();
-    if (h == 0 && sp == 0 && lane == 0) g_att_ts[1] = lab_gtimer();
-    unsigned old = 0;
-    if (lane == ATT_LANE)
-        asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], 1;" : "=r"(old) : "l"(a.att_cnt + h) : "memory");
-    old = __shfl_sync(0xffffffffu, old, ATT_LANE);
-    __syncwarp();
-    if (h == 0 && sp == 0 && lane == 0) g_att_ts[2] = lab_gtimer();
-    if ((int)old != n_sp - 1) return;
-    if (h == 0 && lane == 0) g_att_ts[3] = lab_gtimer();
-    /* the merge: the splits' maxima and sums with lanes over splits (fixed
-     * order: lane, then the warp sum's tree), then the p.v sums split by
-     * split, 4 loads in flight */
-    const float *w0 = a.att_ws + (size_t)h * MAX_SPLITS * 4 * AST;
-#pragma unroll
-    for (int g = 0; g < 4; g++) {
-        float M = -INFINITY;
-        for (int s2 = lane; s2 < n_sp; s2 += 32) M = fmaxf(M, __ldcg(w0 + (s2 * 4 + g) * AST + HD));
-#pragma unroll
-        for (int o = 16; o; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-        float L = 0.0f;
-        for (int s2 = lane; s2 < n_sp; s2 += 32) {
-            const float *e = w0 + (s2 * 4 + g) * AST;
-            L = fmaf(__ldcg(e + HD + 1), __expf(__ldcg(e + HD) - M), L);
-        }
-        L = tk_warp_sum(L);
-        float A[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
-        for (int s2 = 0; s2 < n_sp; s2++) {
-            const float *e = w0 + (s2 * 4 + g) * AST;
-            float f = __expf(__ldcg(e + HD) - M);
-            float4 x = __ldcg((const float4 *)(e + lane * 4));
-            A[0] = fmaf(x.x, f, A[0]), A[1] = fmaf(x.y, f, A[1]), A[2] = fmaf(x.z, f, A[2]), A[3] = fmaf(x.w, f, A[3]);
-        }
-#pragma unroll
-        for (int d = 0; d < 4; d++) a.attn[(h * 4 + g) * HD + lane * 4 + d] = __float2bfloat16(A[d] / L);
-    }
-    if (lane == 0) a.att_cnt[h] = 0;
-    if (h == 0 && lane == 0) g_att_ts[4] = lab_gtimer();
-}
-
-/* ATT 2: an item is (kv head h, split sp of SPL2 positions) on one warp
- * of a block (items round-robin over the blocks), its q rows, K and V rows
- * staged in shared memory by bulk copies (one round trip), q.k with lanes
- * over positions, p.v with lanes over dims, the partial (F32) to the
- * workspace; the last split of h (a gpu-scope counter) bulk-copies the
- * head's partials into shared memory and merges them in split order. */
-#define SPL2 64
-#define KST (HD + 8) /* K row stride in shared memory (bf16): conflict-free 16-byte rows */
-struct att_smem {
-    bf16 q[4][HD];
-    float qs[4][HD];
-    float P[4][SPL2];
-    union {
-        struct {
-            bf16 k[SPL2][KST];
-            bf16 v[SPL2][HD];
-        } kv;
-        float ws[16][4][AST]; /* the merge: up to 16 splits */
-    } u;
-};
+static __device__ unsigned long long g_att_ts[16]; /* attention stamps of block 0 / head 0, last layer */
 
 static __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar)
 {
@@ -385,127 +217,15 @@ static __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, u
                  : "memory");
 }
 
-static __device__ void att_item2(const step_args &a, int layer, int h, int sp, int n_sp, att_smem *S,
-                                 uint32_t bar, int &uses, int lane)
-{
-    int p0 = sp * SPL2, n = min(SPL2, a.ctx - p0);
-    asm volatile("fence.proxy.async.global;" ::: "memory"); /* q was written by other SMs */
-    size_t lbase = (size_t)layer * a.ctx * NKV * HD;
-    if (lane == 0)
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
-                     "r"((uint32_t)(4 * HD * 2 + n * HD * 2 * 2))
-                     : "memory");
-    __syncwarp();
-    if (lane == 0) bulk_g2s(q8_smem(S->q), a.qkv + h * 4 * HD, 4 * HD * 2, bar);
-    for (int p = lane; p < n; p += 32) {
-        size_t off = lbase + ((size_t)(p0 + p) * NKV + h) * HD;
-        bulk_g2s(q8_smem(S->u.kv.k[p]), a.kc + off, HD * 2, bar);
-        bulk_g2s(q8_smem(S->u.kv.v[p]), a.vc + off, HD * 2, bar);
-    }
-    q8_wait(bar, (uint32_t)(uses++ & 1));
-    for (int i = lane; i < 4 * HD; i += 32) (&S->qs[0][0])[i] = __bfloat162float((&S->q[0][0])[i]) * 0.0884f;
-    __syncwarp();
-    float sc[SPL2 / 32][4];
-#pragma unroll
-    for (int ps = 0; ps < SPL2 / 32; ps++) {
-        int p = ps * 32 + lane;
-#pragma unroll
-        for (int g = 0; g < 4; g++) sc[ps][g] = 0.0f;
-        if (p < n) {
-            const uint4 *kr = (const uint4 *)S->u.kv.k[p];
-#pragma unroll 4
-            for (int j = 0; j < HD / 8; j++) {
-                uint4 kv = kr[j];
-                const bf16 *k = (const bf16 *)&kv;
-#pragma unroll
-                for (int d = 0; d < 8; d++) {
-                    float kf = __bfloat162float(k[d]);
-#pragma unroll
-                    for (int g = 0; g < 4; g++) sc[ps][g] = fmaf(S->qs[g][8 * j + d], kf, sc[ps][g]);
-                }
-            }
-        }
-    }
-    float m[4], l[4];
-#pragma unroll
-    for (int g = 0; g < 4; g++) {
-        float v = -INFINITY;
-#pragma unroll
-        for (int ps = 0; ps < SPL2 / 32; ps++)
-            if (ps * 32 + lane < n) v = fmaxf(v, sc[ps][g]);
-#pragma unroll
-        for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-        m[g] = v;
-        float e = 0.0f;
-#pragma unroll
-        for (int ps = 0; ps < SPL2 / 32; ps++) {
-            float pr = ps * 32 + lane < n ? __expf(sc[ps][g] - v) : 0.0f;
-            S->P[g][ps * 32 + lane] = pr;
-            e += pr;
-        }
-        l[g] = tk_warp_sum(e);
-    }
-    __syncwarp();
-    float acc[4][4] = {};
-#pragma unroll 4
-    for (int p = 0; p < n; p++) {
-        uint2 vu = *(const uint2 *)(&S->u.kv.v[p][lane * 4]);
-        const bf16 *v = (const bf16 *)&vu;
-#pragma unroll
-        for (int g = 0; g < 4; g++) {
-            float pj = S->P[g][p];
-#pragma unroll
-            for (int d = 0; d < 4; d++) acc[g][d] = fmaf(pj, __bfloat162float(v[d]), acc[g][d]);
-        }
-    }
-    float *ws = a.att_ws + ((size_t)h * MAX_SPLITS + sp) * 4 * AST;
-#pragma unroll
-    for (int g = 0; g < 4; g++) {
-        *(float4 *)(ws + g * AST + lane * 4) = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
-        if (lane == 0) ws[g * AST + HD] = m[g], ws[g * AST + HD + 1] = l[g];
-    }
-    if (h == 0 && sp == 0 && lane == 0) g_att_ts[1] = lab_gtimer();
-    __syncwarp();
-    unsigned old = 0;
-    if (lane == ATT_LANE)
-        asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], 1;" : "=r"(old) : "l"(a.att_cnt + h) : "memory");
-    old = __shfl_sync(0xffffffffu, old, ATT_LANE);
-    __syncwarp();
-    if (h == 0 && sp == 0 && lane == 0) g_att_ts[2] = lab_gtimer();
-    if ((int)old != n_sp - 1) return;
-    if (h == 0 && lane == 0) g_att_ts[3] = lab_gtimer();
-    /* the head's partials, written by other SMs and acquired above, read by the async proxy */
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-    const float *w0 = a.att_ws + (size_t)h * MAX_SPLITS * 4 * AST;
-    if (lane == 0) {
-        uint32_t bytes = (uint32_t)n_sp * 4 * AST * 4;
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-        bulk_g2s(q8_smem(S->u.ws), w0, bytes, bar);
-    }
-    q8_wait(bar, (uint32_t)(uses++ & 1));
-#pragma unroll
-    for (int g = 0; g < 4; g++) {
-        float M = -INFINITY;
-        for (int s2 = 0; s2 < n_sp; s2++) M = fmaxf(M, S->u.ws[s2][g][HD]);
-        float L = 0.0f, A[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int s2 = 0; s2 < n_sp; s2++) {
-            float f = __expf(S->u.ws[s2][g][HD] - M);
-            float4 x = *(const float4 *)&S->u.ws[s2][g][lane * 4];
-            L = fmaf(S->u.ws[s2][g][HD + 1], f, L);
-            A[0] = fmaf(x.x, f, A[0]), A[1] = fmaf(x.y, f, A[1]), A[2] = fmaf(x.z, f, A[2]), A[3] = fmaf(x.w, f, A[3]);
-        }
-#pragma unroll
-        for (int d = 0; d < 4; d++) a.attn[(h * 4 + g) * HD + lane * 4 + d] = __float2bfloat16(A[d] / L);
-    }
-    if (lane == 0) a.att_cnt[h] = 0;
-    if (h == 0 && lane == 0) g_att_ts[4] = lab_gtimer();
-}
-
-/* ATT 3: as ATT 2 (an item is (kv head h, split sp of SPL2 positions), the
- * rows staged by bulk copies, the last split merging), but on all NW warps
- * of the block: q.k with a warp per 4 positions (lanes over dims, warp
- * sums), the softmax on 4 warps, p.v and the merge with a thread per
- * (q head, dim). */
+/* The attention: an item is (kv head h, split sp of SPL2 positions) on all
+ * NW warps of a block (items round-robin over the blocks): q, K and V rows
+ * staged in shared memory (16-byte cp.async; ATT_LSU 0: bulk copies), q.k
+ * with a thread per (q head, position), the softmax on 4 warps, p.v and the
+ * merge with a thread per (q head, dim); the last split of h (a gpu-scope
+ * counter) merges the splits in order. (Warp-per-item variants, 21-50 us
+ * per layer, were removed after 96045da.) */
+#define SPL2 64
+#define KST (HD + 8) /* K row stride in shared memory (bf16): conflict-free 16-byte rows */
 struct att3_smem {
     bf16 q[4][HD];
     float qf[4][HD];
@@ -690,8 +410,6 @@ static __global__ void __launch_bounds__(NW * 32, 1) k_step(step_args a, uint4 k
     uint4 *ring = (uint4 *)sm6 + (size_t)warp * S6 * C6 * REC;
     bf16 *xs = (bf16 *)(sm6 + (size_t)NW * S6 * C6 * REC * 16);
     float *parts = (float *)(xs + MAXK); /* [NW groups max][LT][ks][16]: NW x LT x 16 floats */
-    float(*qs)[HD] = (float(*)[HD])(parts + warp * 4 * HD); /* attention: aliases parts */
-    att_smem *asm_ = (att_smem *)parts; /* ATT 2: aliases parts */
     __shared__ __align__(8) uint64_t att_bar;
     int att_uses = 0;
     if (threadIdx.x == 0) {
@@ -714,7 +432,7 @@ static __global__ void __launch_bounds__(NW * 32, 1) k_step(step_args a, uint4 k
     int64_t issued = 0, used = 0;
     if (lane == 0)
         for (int i = 0; i < S6; i++) issue6(c, n_ops, warp, ring0, bar0, issued, pol);
-    int n_sp = (a.ctx + SPL - 1) / SPL, stamp = 0;
+    int stamp = 0;
     for (int op = 0; op < n_ops; op++) {
         const gop &o = c_ops[op];
         int layer = op / 4;
@@ -735,32 +453,12 @@ static __global__ void __launch_bounds__(NW * 32, 1) k_step(step_args a, uint4 k
                 for (size_t i = tid; i < 2 * lines; i += (size_t)gridDim.x * NW * 32)
                     asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"((i < lines ? kb : vb) + (i % lines) * 128));
             }
-            if (o.kind == OP_QKV && ATT == 2 && warp == NW - 1 && PF == 1) {
-                int n2 = (a.ctx + SPL2 - 1) / SPL2;
-                for (int it = blockIdx.x; it < NKV * n2; it += gridDim.x)
-                    for (int p = it % n2 * SPL2 + lane; p < min(a.ctx, (it % n2 + 1) * SPL2); p += 32) {
-                        size_t off = (size_t)layer * a.ctx * NKV * HD + ((size_t)p * NKV + it / n2) * HD;
-                        prefetch_l2(a.kc + off, HD * 2);
-                        prefetch_l2(a.vc + off, HD * 2);
-                    }
-            }
-            if (o.kind == OP_QKV && ATT == 1)
-                FOR_MY_ITEMS(it, NKV * n_sp, warp) att_prefetch(a, layer, it / n_sp, it % n_sp, lane);
             if (o.kind == OP_O) {
-                if (ATT == 1) {
-                    FOR_MY_ITEMS(it, NKV * n_sp, warp) att_item(a, layer, it / n_sp, it % n_sp, n_sp, qs, lane);
-                } else if (ATT == 3) {
-                    int n2 = (a.ctx + SPL2 - 1) / SPL2;
-                    if (blockIdx.x == 0 && threadIdx.x == 0) g_att_ts[8] = lab_gtimer();
-                    for (int it = blockIdx.x; it < NKV * n2; it += gridDim.x)
-                        att_item3(a, layer, it / n2, it % n2, n2, (att3_smem *)parts, q8_smem(&att_bar), att_uses);
-                    if (blockIdx.x == 0 && threadIdx.x == 0) g_att_ts[9] = lab_gtimer();
-                } else if (warp == NW - 1) {
-                    int n2 = (a.ctx + SPL2 - 1) / SPL2;
-                    if (blockIdx.x == 0 && lane == 0) g_att_ts[0] = lab_gtimer();
-                    for (int it = blockIdx.x; it < NKV * n2; it += gridDim.x)
-                        att_item2(a, layer, it / n2, it % n2, n2, asm_, q8_smem(&att_bar), att_uses, lane);
-                }
+                int n2 = (a.ctx + SPL2 - 1) / SPL2;
+                if (blockIdx.x == 0 && threadIdx.x == 0) g_att_ts[8] = lab_gtimer();
+                for (int it = blockIdx.x; it < NKV * n2; it += gridDim.x)
+                    att_item3(a, layer, it / n2, it % n2, n2, (att3_smem *)parts, q8_smem(&att_bar), att_uses);
+                if (blockIdx.x == 0 && threadIdx.x == 0) g_att_ts[9] = lab_gtimer();
                 lab_grid_barrier(a.ctr, (unsigned)(++stamp) * gridDim.x, NW * 32);
                 if (blockIdx.x == 0 && threadIdx.x == 0) g_att_ts[10] = lab_gtimer();
                 load_x(a.attn, HID, xs);
@@ -888,8 +586,8 @@ static __global__ void __launch_bounds__(NW * 32, 1) k_step(step_args a, uint4 k
 int main(int argc, char **argv)
 {
     int layers = argc > 1 ? atoi(argv[1]) : 32, ctx = argc > 2 ? atoi(argv[2]) : 550;
-    if (layers < 1 || layers > 64 || ctx < 1 || ctx > SPL * MAX_SPLITS) {
-        printf("layers 1..64, context 1..%d\n", SPL * MAX_SPLITS);
+    if (layers < 1 || layers > 64 || ctx < 1 || ctx > SPL2 * 16) {
+        printf("layers 1..64, context 1..%d\n", SPL2 * 16);
         return 1;
     }
     int sms = 0;
@@ -941,18 +639,14 @@ int main(int argc, char **argv)
     fill(a.attn, HID * 2, 10, 0x807F807Fu, 0x3F003F00u);
     fill(a.act, FF * 2, 11, 0x807F807Fu, 0x3F003F00u);
     CK(cudaMemset(a.att_cnt, 0, NKV * 4));
-    size_t parts_b = std::max(std::max((size_t)NW * LT * 16 * 4, (size_t)NW * 4 * HD * 4), std::max(sizeof(att_smem), sizeof(att3_smem)));
-    if (ATT >= 2 && (ctx + SPL2 - 1) / SPL2 > 16) {
-        printf("ATT 2: context <= %d\n", 16 * SPL2);
-        return 1;
-    }
+    size_t parts_b = std::max(std::max((size_t)NW * LT * 16 * 4, (size_t)NW * 4 * HD * 4), sizeof(att3_smem));
     size_t smem = (size_t)NW * S6 * C6 * REC * 16 + MAXK * 2 + parts_b;
     CK(cudaFuncSetAttribute(k_step, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     std::vector<float> res0(HID);
     for (int i = 0; i < HID; i++) res0[i] = (float)((i * 7919) % 200 - 100) / 100.0f;
-    printf("copy %.0f GB/s; %d layers, context %d, S%d C%d EF%d KS %d %d %d %d %d FIN%d XS%d ATT%d EI%d PF%d, %.3f GB of records (floor %.1f us = "
+    printf("copy %.0f GB/s; %d layers, context %d, S%d C%d EF%d KS %d %d %d %d %d FIN%d XS%d EI%d PF%d, %.3f GB of records (floor %.1f us = "
            "%.0f tok/s), %d SMs, %zu B shared\n",
-           copy, layers, ctx, S6, C6, EF, KS_QKV, KS_O, KS_GU, KS_DN, KS_LM, FIN, XS, ATT, EI, PF, bytes / 1e9, bytes / copy / 1e3, copy * 1e9 / bytes, sms,
+           copy, layers, ctx, S6, C6, EF, KS_QKV, KS_O, KS_GU, KS_DN, KS_LM, FIN, XS, EI, PF, bytes / 1e9, bytes / copy / 1e3, copy * 1e9 / bytes, sms,
            smem);
     int n_ops = (int)host.size();
     cudaEvent_t e0, e1;
@@ -986,13 +680,9 @@ int main(int argc, char **argv)
         if (phases) {
             unsigned long long at[16];
             CK(cudaMemcpyFromSymbol(at, g_att_ts, sizeof at));
-            if (ATT == 3) {
-                printf("  attention item (0, 0), from its start: rows in %.2f us\n", (at[5] - at[0]) / 1e3);
-                printf("  attention phase, block 0: items done %.2f us, barrier passed %.2f, x loaded %.2f (item start at %.2f)\n",
-                       (at[9] - at[8]) / 1e3, (at[10] - at[8]) / 1e3, (at[11] - at[8]) / 1e3, ((long long)at[0] - (long long)at[8]) / 1e3);
-            }
-            else
-                printf("  attention item 0: q.k done %.2f us, p.v done %.2f\n", (at[5] - at[0]) / 1e3, (at[6] - at[0]) / 1e3);
+            printf("  attention item (0, 0), from its start: rows in %.2f us\n", (at[5] - at[0]) / 1e3);
+            printf("  attention phase, block 0: items done %.2f us, barrier passed %.2f, x loaded %.2f (item start at %.2f)\n",
+                   (at[9] - at[8]) / 1e3, (at[10] - at[8]) / 1e3, (at[11] - at[8]) / 1e3, ((long long)at[0] - (long long)at[8]) / 1e3);
             printf("  attention (head 0, last layer): partial %.2f us, counted in +%.2f, merge starts at %.2f, ends at %.2f\n",
                    (at[1] - at[0]) / 1e3, (at[2] - at[1]) / 1e3, ((long long)at[3] - (long long)at[0]) / 1e3,
                    ((long long)at[4] - (long long)at[0]) / 1e3);

@@ -50,6 +50,28 @@ static __device__ __forceinline__ void q8_group(const uint4 w, const uint4 xa, c
     acc[3] = fmaf(o1, xg[3], fmaf(s1, cg[3], acc[3]));
 }
 
+/* q8_group with the group's sum of x given (XS: the sum made once per op, not by a second MMA per record). */
+static __device__ __forceinline__ void q8_group_xs(const uint4 w, const uint4 xa, const uint4 xb,
+                                                   uint2 sbv, float Xg, const uint4 kc, float *acc)
+{
+    float cg[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const uint32_t ww[4] = {w.x, w.y, w.z, w.w};
+    const uint32_t xr[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        uint32_t v = ww[s];
+        tk_mma_bf16(cg, q8_lop(v, kc.x), q8_lop(v >> 4, kc.x), q8_lop(v >> 8, kc.x),
+                    q8_lop(v >> 12, kc.x), xr[2 * s], xr[2 * s + 1]);
+    }
+    float s0 = __uint_as_float(sbv.x << 16), s1 = __uint_as_float(sbv.x & 0xffff0000u);
+    float o0 = fmaf(-128.0f, s0, __uint_as_float(sbv.y << 16)) * Xg;
+    float o1 = fmaf(-128.0f, s1, __uint_as_float(sbv.y & 0xffff0000u)) * Xg;
+    acc[0] = fmaf(s0, cg[0], acc[0] + o0);
+    acc[1] = fmaf(s0, cg[1], acc[1] + o0);
+    acc[2] = fmaf(s1, cg[2], acc[2] + o1);
+    acc[3] = fmaf(s1, cg[3], acc[3] + o1);
+}
+
 static __device__ __forceinline__ uint32_t q8_smem(const void *p)
 {
     return (uint32_t)__cvta_generic_to_shared(p);

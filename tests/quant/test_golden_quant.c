@@ -33,38 +33,6 @@
 
 static bool on_cuda;
 
-static float *logits_of(struct tern_model *m, const int32_t *ids, int n, int V, int chunk,
-                        int block_size)
-{
-    struct tern_engine_params ep = tern_engine_default_params();
-    ep.max_seqs = 1;
-    ep.max_batch_tokens = chunk;
-    ep.block_size = block_size;
-    ep.max_context = 256;
-    struct tern_engine *e = NULL;
-    if (tern_engine_create(m, &ep, &e) != TERN_OK) fail_msg("engine: %s", tern_last_error());
-    float *out = tern_malloc((size_t)n * (size_t)V * sizeof(float));
-    assert_non_null(out);
-    if (tern_logits(e, ids, n, out) != TERN_OK) fail_msg("logits: %s", tern_last_error());
-    tern_engine_destroy(e);
-    return out;
-}
-
-static int32_t *greedy_of(struct tern_model *m, const int32_t *ids, int n, int G)
-{
-    struct tern_engine_params ep = tern_engine_default_params();
-    ep.max_seqs = 1;
-    ep.max_context = 256;
-    struct tern_engine *e = NULL;
-    if (tern_engine_create(m, &ep, &e) != TERN_OK) fail_msg("engine: %s", tern_last_error());
-    int32_t *gen = tern_malloc((size_t)G * sizeof(int32_t)), n_gen = 0;
-    if (tern_generate_greedy(e, ids, n, G, false, gen, &n_gen) != TERN_OK)
-        fail_msg("generate: %s", tern_last_error());
-    assert_int_equal(n_gen, G);
-    tern_engine_destroy(e);
-    return gen;
-}
-
 static void check_fixture(const char *dir)
 {
     struct tu_npy prompt, logits, greedy, glog;
@@ -79,14 +47,14 @@ static void check_fixture(const char *dir)
     double tol = on_cuda ? CUDA_REL_TOL : REL_TOL;
     if (tern_model_open(dir, &mp, &m) != TERN_OK) fail_msg("%s: %s", dir, tern_last_error());
 
-    float *full = logits_of(m, prompt.data, n, V, 2048, 16);
+    float *full = tu_model_logits(m, prompt.data, n, V, 2048, 16);
     double err = tu_max_rel_err(full, logits.data, (size_t)n * V);
     struct tern_model_info in;
     tern_model_get_info(m, &in);
     printf("  %-20s %-5s prompt logits max rel err %.2e\n", strrchr(dir, '/') + 1, in.dtype, err);
     if (!(err <= tol)) fail_msg("%s: logits rel err %.3e > %.0e", dir, err, tol);
 
-    int32_t *gen = greedy_of(m, prompt.data, n, G);
+    int32_t *gen = tu_model_greedy(m, prompt.data, n, G);
     for (int i = 0; i < G; i++) {
         if (gen[i] == ((int32_t *)greedy.data)[i]) continue;
         const float *row = (const float *)glog.data + (size_t)i * V;
@@ -111,12 +79,12 @@ static void check_fixture(const char *dir)
     int32_t *seq = tern_malloc((size_t)total * sizeof(int32_t));
     memcpy(seq, prompt.data, (size_t)n * sizeof(int32_t));
     memcpy(seq + n, gen, (size_t)(G - 1) * sizeof(int32_t));
-    float *all = logits_of(m, seq, total, V, 2048, 16);
+    float *all = tu_model_logits(m, seq, total, V, 2048, 16);
     err = tu_max_rel_err(all + (size_t)(n - 1) * V, glog.data, (size_t)G * V);
     if (!(err <= REL_TOL)) fail_msg("%s: greedy-step logits rel err %.3e", dir, err);
     const int chunks[][2] = {{1, 16}, {7, 3}};
     for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
-        float *inc = logits_of(m, seq, total, V, chunks[c][0], chunks[c][1]);
+        float *inc = tu_model_logits(m, seq, total, V, chunks[c][0], chunks[c][1]);
         if (memcmp(inc, all, (size_t)total * V * sizeof(float)) != 0)
             fail_msg("%s: chunk %d logits differ from the full forward", dir, chunks[c][0]);
         tern_free(inc);

@@ -32,8 +32,8 @@
 
 #define STEP_REL 2e-2
 #define CUDA_REL 5e-2
-#define TIE 1e-2
-#define N_POS 150
+#define TIE      1e-2
+#define N_POS    150
 
 static char qdir[256], wdir[256];
 
@@ -54,47 +54,38 @@ static struct tern_model *open_on(enum tern_device dev, bool step)
     return open_dir(qdir, dev, step);
 }
 
-static float *logits_of(struct tern_model *m, const int32_t *ids, int n, int V)
-{
-    struct tern_engine_params ep = tern_engine_default_params();
-    ep.max_seqs = 1;
-    ep.max_batch_tokens = 1;
-    ep.block_size = 16;
-    ep.max_context = 256;
-    struct tern_engine *e = NULL;
-    if (tern_engine_create(m, &ep, &e) != TERN_OK) fail_msg("engine: %s", tern_last_error());
-    float *out = tern_malloc((size_t)n * (size_t)V * sizeof(float));
-    assert_non_null(out);
-    if (tern_logits(e, ids, n, out) != TERN_OK) fail_msg("logits: %s", tern_last_error());
-    tern_engine_destroy(e);
-    return out;
-}
-
-static int32_t *greedy_of(struct tern_model *m, const int32_t *ids, int n, int G)
-{
-    struct tern_engine_params ep = tern_engine_default_params();
-    ep.max_seqs = 1;
-    ep.max_context = 256;
-    struct tern_engine *e = NULL;
-    if (tern_engine_create(m, &ep, &e) != TERN_OK) fail_msg("engine: %s", tern_last_error());
-    int32_t *gen = tern_malloc((size_t)G * sizeof(int32_t)), n_gen = 0;
-    if (tern_generate_greedy(e, ids, n, G, false, gen, &n_gen) != TERN_OK)
-        fail_msg("generate: %s", tern_last_error());
-    assert_int_equal(n_gen, G);
-    tern_engine_destroy(e);
-    return gen;
-}
-
 /* (top - second) / max |row| */
 static double top2_gap(const float *row, int V, int *arg)
 {
     float top = -INFINITY, second = -INFINITY, amax = 0.0f;
     for (int v = 0; v < V; v++) {
-        if (row[v] > top) second = top, top = row[v], *arg = v;
-        else if (row[v] > second) second = row[v];
+        if (row[v] > top)
+            second = top, top = row[v], *arg = v;
+        else if (row[v] > second)
+            second = row[v];
         if (fabsf(row[v]) > amax) amax = fabsf(row[v]);
     }
     return amax > 0 ? (top - second) / amax : 0.0;
+}
+
+/* Positions where b's argmax is a's, failing at any whose a top-2 gap is
+ * at least TIE; *close counts the near-ties skipped. */
+static int argmax_agree(const float *a, const float *b, int V, int *close)
+{
+    int agree = 0;
+    *close = 0;
+    for (int i = 0; i < N_POS; i++) {
+        int ra = 0, rb = 0;
+        double gap = top2_gap(a + (size_t)i * V, V, &ra);
+        top2_gap(b + (size_t)i * V, V, &rb);
+        if (gap < TIE) {
+            ++*close;
+            continue;
+        }
+        if (ra != rb) fail_msg("position %d: argmax %d, op-by-op %d (gap %.2e)", i, rb, ra, gap);
+        agree++;
+    }
+    return agree;
 }
 
 static void test_step_logits(void **state)
@@ -109,8 +100,9 @@ static void test_step_logits(void **state)
     int V = (int)stp->core.hp.vocab_size;
     int32_t ids[N_POS];
     for (int i = 0; i < N_POS; i++) ids[i] = (int32_t)(((int64_t)i * 7919 + 13) % V);
-    float *a = logits_of(ops, ids, N_POS, V), *b = logits_of(stp, ids, N_POS, V);
-    float *c = logits_of(cpu, ids, N_POS, V);
+    float *a = tu_model_logits(ops, ids, N_POS, V, 1, 16),
+          *b = tu_model_logits(stp, ids, N_POS, V, 1, 16);
+    float *c = tu_model_logits(cpu, ids, N_POS, V, 1, 16);
     double e_ops = tu_max_rel_err(b, a, (size_t)N_POS * V);
     double e_cpu = tu_max_rel_err(b, c, (size_t)N_POS * V);
     double e_ref = tu_max_rel_err(a, c, (size_t)N_POS * V);
@@ -118,21 +110,10 @@ static void test_step_logits(void **state)
            e_cpu, e_ref, N_POS);
     if (!(e_ops <= STEP_REL)) fail_msg("step logits vs op-by-op: rel err %.3e", e_ops);
     if (!(e_cpu <= CUDA_REL)) fail_msg("step logits vs CPU: rel err %.3e", e_cpu);
-    int agree = 0, close = 0;
-    for (int i = 0; i < N_POS; i++) {
-        int ra = 0, rb = 0;
-        double gap = top2_gap(a + (size_t)i * V, V, &ra);
-        top2_gap(b + (size_t)i * V, V, &rb);
-        if (gap < TIE) {
-            close++;
-            continue;
-        }
-        if (ra != rb) fail_msg("position %d: argmax %d, op-by-op %d (gap %.2e)", i, rb, ra, gap);
-        agree++;
-    }
+    int close = 0, agree = argmax_agree(a, b, V, &close);
     printf("  argmax equal at %d positions (%d near-ties not compared)\n", agree, close);
     /* greedy generation: the decode loop's captured graphs */
-    int32_t *ga = greedy_of(ops, ids, 8, 48), *gb = greedy_of(stp, ids, 8, 48);
+    int32_t *ga = tu_model_greedy(ops, ids, 8, 48), *gb = tu_model_greedy(stp, ids, 8, 48);
     int same = 0;
     while (same < 48 && ga[same] == gb[same]) same++;
     printf("  greedy: %d of 48 tokens equal before the paths part\n", same);
@@ -141,10 +122,12 @@ static void test_step_logits(void **state)
         int32_t *seq = tern_malloc((size_t)n * sizeof(int32_t));
         memcpy(seq, ids, 8 * sizeof(int32_t));
         memcpy(seq + 8, ga, (size_t)same * sizeof(int32_t));
-        float *la = logits_of(ops, seq, n, V);
+        float *la = tu_model_logits(ops, seq, n, V, 1, 16);
         int arg = 0;
         double gap = top2_gap(la + (size_t)(n - 1) * V, V, &arg);
-        if (gap >= TIE) fail_msg("greedy token %d: %d vs op-by-op %d (gap %.2e)", same, gb[same], ga[same], gap);
+        if (gap >= TIE)
+            fail_msg("greedy token %d: %d vs op-by-op %d (gap %.2e)", same, gb[same], ga[same],
+                     gap);
         tern_free(la);
         tern_free(seq);
     }
@@ -177,12 +160,14 @@ struct st_out {
 static void st_add(struct st_out *o, const char *name, int64_t r, int64_t c)
 {
     size_t n = (size_t)(r * (c ? c : 1)) * 2;
-    int k = c ? snprintf(o->hdr + o->hlen, sizeof o->hdr - o->hlen,
-                         "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%lld,%lld],\"data_offsets\":[%zu,%zu]}",
-                         o->hlen > 1 ? "," : "", name, (long long)r, (long long)c, o->off, o->off + n)
-              : snprintf(o->hdr + o->hlen, sizeof o->hdr - o->hlen,
-                         "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%lld],\"data_offsets\":[%zu,%zu]}",
-                         o->hlen > 1 ? "," : "", name, (long long)r, o->off, o->off + n);
+    int k =
+        c ? snprintf(
+                o->hdr + o->hlen, sizeof o->hdr - o->hlen,
+                "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%lld,%lld],\"data_offsets\":[%zu,%zu]}",
+                o->hlen > 1 ? "," : "", name, (long long)r, (long long)c, o->off, o->off + n)
+          : snprintf(o->hdr + o->hlen, sizeof o->hdr - o->hlen,
+                     "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%lld],\"data_offsets\":[%zu,%zu]}",
+                     o->hlen > 1 ? "," : "", name, (long long)r, o->off, o->off + n);
     o->hlen += (size_t)k;
     o->off += n;
 }
@@ -191,15 +176,26 @@ static void st_add(struct st_out *o, const char *name, int64_t r, int64_t c)
 static void wide_tensors(struct st_out *o, int pass, uint64_t *rng)
 {
     char name[128];
-    struct { const char *n; int64_t r, c; float amp, base; } per[] = {
-        {"self_attn.q_proj.weight", 8 * 128, W_E, 0.05f, 0}, {"self_attn.k_proj.weight", 2 * 128, W_E, 0.05f, 0},
-        {"self_attn.v_proj.weight", 2 * 128, W_E, 0.05f, 0}, {"self_attn.o_proj.weight", W_E, 8 * 128, 0.03f, 0},
-        {"mlp.gate_proj.weight", W_F, W_E, 0.05f, 0},       {"mlp.up_proj.weight", W_F, W_E, 0.05f, 0},
-        {"mlp.down_proj.weight", W_E, W_F, 0.03f, 0},       {"input_layernorm.weight", W_E, 0, 0.2f, 1},
-        {"post_attention_layernorm.weight", W_E, 0, 0.2f, 1}};
-    struct { const char *n; int64_t r, c; float amp, base; } top[] = {
-        {"model.embed_tokens.weight", W_V, W_E, 1.0f, 0}, {"model.norm.weight", W_E, 0, 0.2f, 1},
-        {"lm_head.weight", W_V, W_E, 0.05f, 0}};
+    struct {
+        const char *n;
+        int64_t r, c;
+        float amp, base;
+    } per[] = {{"self_attn.q_proj.weight", 8 * 128, W_E, 0.05f, 0},
+               {"self_attn.k_proj.weight", 2 * 128, W_E, 0.05f, 0},
+               {"self_attn.v_proj.weight", 2 * 128, W_E, 0.05f, 0},
+               {"self_attn.o_proj.weight", W_E, 8 * 128, 0.03f, 0},
+               {"mlp.gate_proj.weight", W_F, W_E, 0.05f, 0},
+               {"mlp.up_proj.weight", W_F, W_E, 0.05f, 0},
+               {"mlp.down_proj.weight", W_E, W_F, 0.03f, 0},
+               {"input_layernorm.weight", W_E, 0, 0.2f, 1},
+               {"post_attention_layernorm.weight", W_E, 0, 0.2f, 1}};
+    struct {
+        const char *n;
+        int64_t r, c;
+        float amp, base;
+    } top[] = {{"model.embed_tokens.weight", W_V, W_E, 1.0f, 0},
+               {"model.norm.weight", W_E, 0, 0.2f, 1},
+               {"lm_head.weight", W_V, W_E, 0.05f, 0}};
     for (int t = 0; t < 3 + W_L * 9; t++) {
         const char *n;
         int64_t r, c;
@@ -234,13 +230,16 @@ static bool write_wide(const char *dir)
     snprintf(path, sizeof path, "%s/config.json", dir);
     FILE *f = fopen(path, "w");
     if (!f) return false;
-    fprintf(f, "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"hidden_size\":%d,"
-               "\"intermediate_size\":%d,\"num_attention_heads\":8,\"num_key_value_heads\":2,"
-               "\"head_dim\":128,\"num_hidden_layers\":%d,\"vocab_size\":%d,\"rms_norm_eps\":1e-5,"
-               "\"rope_theta\":500000.0,\"max_position_embeddings\":4096,\"rope_scaling\":{\"factor\":8.0,"
-               "\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,\"original_max_position_embeddings\":"
-               "1024,\"rope_type\":\"llama3\"},\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\"}\n",
-            W_E, W_F, W_L, W_V);
+    fprintf(
+        f,
+        "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"hidden_size\":%d,"
+        "\"intermediate_size\":%d,\"num_attention_heads\":8,\"num_key_value_heads\":2,"
+        "\"head_dim\":128,\"num_hidden_layers\":%d,\"vocab_size\":%d,\"rms_norm_eps\":1e-5,"
+        "\"rope_theta\":500000.0,\"max_position_embeddings\":4096,\"rope_scaling\":{\"factor\":8.0,"
+        "\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,\"original_max_position_embeddings\":"
+        "1024,\"rope_type\":\"llama3\"},\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\"}"
+        "\n",
+        W_E, W_F, W_L, W_V);
     fclose(f);
     struct st_out o = {.hdr = "{", .hlen = 1};
     uint64_t rng = 12345;
@@ -267,21 +266,12 @@ static void test_step_wide(void **state)
     int V = W_V;
     int32_t ids[N_POS];
     for (int i = 0; i < N_POS; i++) ids[i] = (int32_t)(((int64_t)i * 7919 + 13) % V);
-    float *a = logits_of(ops, ids, N_POS, V), *b = logits_of(stp, ids, N_POS, V);
+    float *a = tu_model_logits(ops, ids, N_POS, V, 1, 16),
+          *b = tu_model_logits(stp, ids, N_POS, V, 1, 16);
     double e_ops = tu_max_rel_err(b, a, (size_t)N_POS * V);
-    int agree = 0, close = 0;
-    for (int i = 0; i < N_POS; i++) {
-        int ra = 0, rb = 0;
-        double gap = top2_gap(a + (size_t)i * V, V, &ra);
-        top2_gap(b + (size_t)i * V, V, &rb);
-        if (gap < TIE) {
-            close++;
-            continue;
-        }
-        if (ra != rb) fail_msg("position %d: argmax %d, op-by-op %d (gap %.2e)", i, rb, ra, gap);
-        agree++;
-    }
-    printf("  wide model: step vs op-by-op %.2e over %d positions; argmax equal at %d (%d near-ties)\n",
+    int close = 0, agree = argmax_agree(a, b, V, &close);
+    printf("  wide model: step vs op-by-op %.2e over %d positions; argmax equal at %d (%d "
+           "near-ties)\n",
            e_ops, N_POS, agree, close);
     if (!(e_ops <= STEP_REL)) fail_msg("step logits vs op-by-op: rel err %.3e", e_ops);
     tern_free(a);

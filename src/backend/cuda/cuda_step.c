@@ -130,11 +130,20 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
         const struct tern_dtensor *nw = NULL;
         int64_t glu = 0;
         switch (kind) {
-        case 0: w = d->layers[l].qkv, nw = d->layers[l].in_norm; break;
-        case 1: w = d->layers[l].o; break;
-        case 2: w = d->layers[l].gate_up, nw = d->layers[l].post_norm, glu = F; break;
-        case 3: w = d->layers[l].down; break;
-        default: w = d->lm_head, nw = d->final_norm;
+        case 0:
+            w = d->layers[l].qkv, nw = d->layers[l].in_norm;
+            break;
+        case 1:
+            w = d->layers[l].o;
+            break;
+        case 2:
+            w = d->layers[l].gate_up, nw = d->layers[l].post_norm, glu = F;
+            break;
+        case 3:
+            w = d->layers[l].down;
+            break;
+        default:
+            w = d->lm_head, nw = d->final_norm;
         }
         int64_t in = w->in_features, rows = w->out_features;
         int64_t tiles = glu ? (glu + 7) / 8 : (rows + 15) / 16, nG = in / 64;
@@ -176,8 +185,8 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
         st = tern_error(TERN_E_NO_MEMORY, "decode step kernel: scratch");
         goto fail;
     }
-    TERN_CU(cudaMemcpyAsync(p->ops_dev, ops, (size_t)p->n_ops * sizeof *ops,
-                            cudaMemcpyHostToDevice, c->stream));
+    TERN_CU(cudaMemcpyAsync(p->ops_dev, ops, (size_t)p->n_ops * sizeof *ops, cudaMemcpyHostToDevice,
+                            c->stream));
     char *s = p->scratch;
     tk_step_args *a = &p->args;
     a->ops = p->ops_dev;
@@ -218,8 +227,10 @@ enum tern_status tern_cuda_step_run(struct tern_backend *be, struct tern_step_pl
         return tern_error(TERN_E_INVALID_ARG, "decode step kernel: one sequence, one token");
     if (residual->dtype != TERN_DTYPE_F32 || (int64_t)tern_dtensor_numel(residual) != p->E ||
         logits->dtype != TERN_DTYPE_F32 || (int64_t)tern_dtensor_numel(logits) != p->vocab)
-        return tern_error(TERN_E_INVALID_ARG, "decode step kernel: residual [1, %lld] and logits "
-                          "[1, %lld] F32 expected", (long long)p->E, (long long)p->vocab);
+        return tern_error(TERN_E_INVALID_ARG,
+                          "decode step kernel: residual [1, %lld] and logits "
+                          "[1, %lld] F32 expected",
+                          (long long)p->E, (long long)p->vocab);
     tk_step_args *a = &p->args;
     for (int l = 0; l < a->n_layers; l++) {
         a->kc[l] = tern_cuda_ptr(&kv[l].k);

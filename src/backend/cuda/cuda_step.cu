@@ -39,14 +39,14 @@
 #include "backend/cuda/cuda_rope.cuh"
 #include "backend/cuda/cuda_step.h"
 
-#define ST_NW 16                            /* warps per block */
-#define ST_S 4                              /* ring stages per warp */
-#define ST_C 4                              /* records per chunk */
-#define ST_REC 36                           /* uint4 per record */
-#define ST_LT 32                            /* tiles per warp group and op, at most */
-#define ST_SPL 64                           /* K/V rows per attention pass */
+#define ST_NW         16 /* warps per block */
+#define ST_S          4  /* ring stages per warp */
+#define ST_C          4  /* records per chunk */
+#define ST_REC        36 /* uint4 per record */
+#define ST_LT         32 /* tiles per warp group and op, at most */
+#define ST_SPL        64 /* K/V rows per attention pass */
 #define ST_RING_BYTES (ST_NW * ST_S * ST_C * ST_REC * 16)
-#define ST_X_BYTES (TK_STEP_MAX_K * 2)
+#define ST_X_BYTES    (TK_STEP_MAX_K * 2)
 
 enum { ST_QKV, ST_O, ST_GU, ST_DOWN, ST_LM };
 
@@ -58,21 +58,29 @@ struct st_att {
     float s[TK_STEP_MAX_G][ST_SPL];
     float m[TK_STEP_MAX_G], l[TK_STEP_MAX_G], fac[TK_STEP_MAX_G];
     unsigned last;
-    union __align__(16) {
+    union __align__(16)
+    {
         struct {
             bf16 k[ST_SPL][TK_STEP_MAX_HD + 8]; /* + 8: conflict-free 16-byte rows */
             bf16 v[ST_SPL][TK_STEP_MAX_HD];
         } kv;
         float ws[1]; /* the merge: n_splits x G x (hd + 4) floats */
-    } u;
+    }
+    u;
 };
 
-#define ST_PARTS_BYTES (ST_NW * ST_LT * 16 * 4)
+#define ST_PARTS_BYTES  (ST_NW * ST_LT * 16 * 4)
 #define ST_REGION_BYTES (sizeof(st_att) > ST_PARTS_BYTES ? sizeof(st_att) : ST_PARTS_BYTES)
-#define ST_WS_FLOATS ((sizeof(((st_att *)0)->u)) / 4)
+#define ST_WS_FLOATS    ((sizeof(((st_att *)0)->u)) / 4)
 
-extern "C" size_t tk_step_smem_bytes(void) { return ST_RING_BYTES + ST_X_BYTES + ST_REGION_BYTES; }
-extern "C" size_t tk_step_merge_floats(void) { return ST_WS_FLOATS; }
+extern "C" size_t tk_step_smem_bytes(void)
+{
+    return ST_RING_BYTES + ST_X_BYTES + ST_REGION_BYTES;
+}
+extern "C" size_t tk_step_merge_floats(void)
+{
+    return ST_WS_FLOATS;
+}
 
 /* ---------------------------------------------------------------- repack */
 
@@ -131,9 +139,9 @@ extern "C" cudaError_t tk_step_repack(cudaStream_t st, const void *q, const void
 }
 
 /* The argument block's BF16 buffers (void * in the C header). */
-#define ST_QKV_P(a) ((bf16 *)(a).qkv)
+#define ST_QKV_P(a)  ((bf16 *)(a).qkv)
 #define ST_ATTN_P(a) ((bf16 *)(a).attn)
-#define ST_ACT_P(a) ((bf16 *)(a).act)
+#define ST_ACT_P(a)  ((bf16 *)(a).act)
 
 /* ---------------------------------------------------------------- the weight stream */
 
@@ -195,8 +203,10 @@ static __device__ __forceinline__ void st_issue(st_cur &c, const tk_step_op *ops
         int G;
         int n = st_next(c, r, G);
         if (n == 0) {
-            if (c.op + 1 < n_ops) st_start(c, ops, c.op + 1, warp);
-            else c.op++;
+            if (c.op + 1 < n_ops)
+                st_start(c, ops, c.op + 1, warp);
+            else
+                c.op++;
             continue;
         }
         uint32_t stg = issued % ST_S;
@@ -204,10 +214,11 @@ static __device__ __forceinline__ void st_issue(st_cur &c, const tk_step_op *ops
         uint32_t bytes = (uint32_t)n * ST_REC * 16;
         asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
                      : "memory");
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
-                     "[%0], [%1], %2, [%3], %4;" ::"r"(dst),
-                     "l"(c.rec + r * ST_REC), "r"(bytes), "r"(bar), "l"(pol)
-                     : "memory");
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
+            "[%0], [%1], %2, [%3], %4;" ::"r"(dst),
+            "l"(c.rec + r * ST_REC), "r"(bytes), "r"(bar), "l"(pol)
+            : "memory");
         issued++;
         return;
     }
@@ -226,7 +237,9 @@ static __device__ __forceinline__ void st_group(const uint4 w, const uint4 xa, c
         uint32_t v = ww[s], a[4];
 #pragma unroll
         for (int j = 0; j < 4; j++)
-            asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;" : "=r"(a[j]) : "r"(v >> (4 * j)), "r"(magic));
+            asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;"
+                : "=r"(a[j])
+                : "r"(v >> (4 * j)), "r"(magic));
         tk_mma_bf16(cg, a[0], a[1], a[2], a[3], xr[2 * s], xr[2 * s + 1]);
         tk_mma_bf16(xg, one, one, one, one, xr[2 * s], xr[2 * s + 1]);
     }
@@ -274,7 +287,8 @@ static __device__ void st_norm(const float *res, const bf16 *w, int n, float eps
     for (int k = 0; k < ST_NW; k++) tot += red[k];
     float inv = rsqrtf(tot / (float)n + eps);
     for (int i = threadIdx.x; i < n; i += ST_NW * 32)
-        xs[i] = __float2bfloat16(__fmul_rn(__fmul_rn(__ldcg(res + i), inv), __bfloat162float(w[i])));
+        xs[i] =
+            __float2bfloat16(__fmul_rn(__fmul_rn(__ldcg(res + i), inv), __bfloat162float(w[i])));
     __syncthreads();
 }
 
@@ -287,7 +301,8 @@ static __device__ void st_load_x(const bf16 *src, int n, bf16 *xs)
 
 static __device__ __forceinline__ void st_cp16(void *dst, const void *src)
 {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(st_smem(dst)), "l"(src) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(st_smem(dst)), "l"(src)
+                 : "memory");
 }
 
 /* Head h's value i (of hd) after RoPE at position pos, from raw bf16 x in
@@ -333,7 +348,8 @@ static __device__ void st_att_item(const tk_step_args &a, int layer, int h, int 
     __syncthreads();
     for (int i = tid; i < G * hd; i += nt) {
         int g = i / hd, d = i % hd;
-        S->qf[i] = __fmul_rn(st_rope(S->q + g * hd, d, a.rot, (float)pos, a.inv_freq, a.mscale), a.scale);
+        S->qf[i] =
+            __fmul_rn(st_rope(S->q + g * hd, d, a.rot, (float)pos, a.inv_freq, a.mscale), a.scale);
     }
     if (tid < G) S->m[tid] = -INFINITY, S->l[tid] = 0.0f;
     float acc[TK_STEP_MAX_G * TK_STEP_MAX_HD / (ST_NW * 32)];
@@ -352,10 +368,12 @@ static __device__ void st_att_item(const tk_step_args &a, int layer, int h, int 
             int p = pos - q0;
             int64_t slot = __ldg(a.slot);
             for (int d = tid; d < hd; d += nt) {
-                bf16 kv = __float2bfloat16(st_rope(S->knew, d, a.rot, (float)pos, a.inv_freq, a.mscale));
+                bf16 kv =
+                    __float2bfloat16(st_rope(S->knew, d, a.rot, (float)pos, a.inv_freq, a.mscale));
                 bf16 vv = S->vnew[d];
                 S->u.kv.k[p][d] = kv, S->u.kv.v[p][d] = vv;
-                if (slot >= 0) kc[(slot * a.nkv + h) * hd + d] = kv, vc[(slot * a.nkv + h) * hd + d] = vv;
+                if (slot >= 0)
+                    kc[(slot * a.nkv + h) * hd + d] = kv, vc[(slot * a.nkv + h) * hd + d] = vv;
             }
         }
         asm volatile("cp.async.wait_all;" ::: "memory");
@@ -370,10 +388,14 @@ static __device__ void st_att_item(const tk_step_args &a, int layer, int h, int 
                 uint4 kw = kr[j];
                 float4 qa = qr[2 * j], qb = qr[2 * j + 1];
                 const bf16 *k = (const bf16 *)&kw;
-                d0 = fmaf(qa.x, __bfloat162float(k[0]), d0), d1 = fmaf(qa.y, __bfloat162float(k[1]), d1);
-                d0 = fmaf(qa.z, __bfloat162float(k[2]), d0), d1 = fmaf(qa.w, __bfloat162float(k[3]), d1);
-                d0 = fmaf(qb.x, __bfloat162float(k[4]), d0), d1 = fmaf(qb.y, __bfloat162float(k[5]), d1);
-                d0 = fmaf(qb.z, __bfloat162float(k[6]), d0), d1 = fmaf(qb.w, __bfloat162float(k[7]), d1);
+                d0 = fmaf(qa.x, __bfloat162float(k[0]), d0),
+                d1 = fmaf(qa.y, __bfloat162float(k[1]), d1);
+                d0 = fmaf(qa.z, __bfloat162float(k[2]), d0),
+                d1 = fmaf(qa.w, __bfloat162float(k[3]), d1);
+                d0 = fmaf(qb.x, __bfloat162float(k[4]), d0),
+                d1 = fmaf(qb.y, __bfloat162float(k[5]), d1);
+                d0 = fmaf(qb.z, __bfloat162float(k[6]), d0),
+                d1 = fmaf(qb.w, __bfloat162float(k[7]), d1);
             }
             S->s[g][p] = d0 + d1;
         }
@@ -383,7 +405,8 @@ static __device__ void st_att_item(const tk_step_args &a, int layer, int h, int 
             float v0 = lane < n ? S->s[g][lane] : -INFINITY;
             float v1 = lane + 32 < n ? S->s[g][lane + 32] : -INFINITY;
             float mp = tk_warp_max(fmaxf(v0, v1)), mo = S->m[g], mn = fmaxf(mo, mp);
-            float e0 = lane < n ? __expf(v0 - mn) : 0.0f, e1 = lane + 32 < n ? __expf(v1 - mn) : 0.0f;
+            float e0 = lane < n ? __expf(v0 - mn) : 0.0f,
+                  e1 = lane + 32 < n ? __expf(v1 - mn) : 0.0f;
             S->s[g][lane] = e0, S->s[g][lane + 32] = e1;
             float sum = tk_warp_sum(e0 + e1);
             if (lane == 0) {
@@ -398,7 +421,8 @@ static __device__ void st_att_item(const tk_step_args &a, int layer, int h, int 
             if (i >= G * hd) break;
             int g = i / hd, d = i % hd;
             float sacc = 0.0f;
-            for (int p = 0; p < n; p++) sacc = fmaf(S->s[g][p], __bfloat162float(S->u.kv.v[p][d]), sacc);
+            for (int p = 0; p < n; p++)
+                sacc = fmaf(S->s[g][p], __bfloat162float(S->u.kv.v[p][d]), sacc);
             acc[j] = fmaf(acc[j], S->fac[g], sacc);
         }
     }
@@ -425,7 +449,10 @@ static __device__ void st_att_item(const tk_step_args &a, int layer, int h, int 
     __syncthreads();
     if (tid == 0) {
         unsigned old;
-        asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], 1;" : "=r"(old) : "l"(a.att_cnt + h) : "memory");
+        asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], 1;"
+                     : "=r"(old)
+                     : "l"(a.att_cnt + h)
+                     : "memory");
         S->last = old == (unsigned)(n_sp - 1);
         if (S->last) a.att_cnt[h] = 0;
     }
@@ -470,7 +497,8 @@ static __device__ void st_finish(const tk_step_args &a, const tk_step_op &o, int
     case ST_GU: { /* rows 0-7 gate, 8-15 up of act row 8 tile + g */
         int r = tile * 8 + g;
         if (r < a.F) {
-            float gv = __bfloat162float(__float2bfloat16(s0)), uv = __bfloat162float(__float2bfloat16(s1));
+            float gv = __bfloat162float(__float2bfloat16(s0)),
+                  uv = __bfloat162float(__float2bfloat16(s1));
             ST_ACT_P(a)[r] = __float2bfloat16(gv / (1.0f + __expf(-gv)) * uv);
         }
         break;
@@ -481,7 +509,8 @@ static __device__ void st_finish(const tk_step_args &a, const tk_step_op &o, int
         break;
     default: /* o, down: the BF16 projection into the residual */
         if (r0 < o.out) a.res[r0] = __ldcg(a.res + r0) + __bfloat162float(__float2bfloat16(s0));
-        if (r0 + 8 < o.out) a.res[r0 + 8] = __ldcg(a.res + r0 + 8) + __bfloat162float(__float2bfloat16(s1));
+        if (r0 + 8 < o.out)
+            a.res[r0 + 8] = __ldcg(a.res + r0 + 8) + __bfloat162float(__float2bfloat16(s1));
     }
 }
 
@@ -555,7 +584,8 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
                     xa[jj] = xp[0], xb[jj] = xp[1];
                 }
 #pragma unroll
-                for (int jj = 0; jj < ST_C; jj++) st_group(w[jj], xa[jj], xb[jj], sb[jj], magic, acc);
+                for (int jj = 0; jj < ST_C; jj++)
+                    st_group(w[jj], xa[jj], xb[jj], sb[jj], magic, acc);
             } else {
                 for (int jj = 0; jj < ng; jj++) {
                     const uint4 *xp = (const uint4 *)(xs + 64 * (G + jj) + 16 * t);
@@ -599,8 +629,8 @@ extern "C" cudaError_t tk_step_launch(cudaStream_t st, const tk_step_args *a, in
     e = cudaMemsetAsync(a->ctr, 0, sizeof(unsigned), st);
     if (e != cudaSuccess) return e;
     void *args[] = {(void *)a};
-    return cudaLaunchCooperativeKernel((const void *)k_step, dim3((unsigned)grid),
-                                       dim3(ST_NW * 32), args, tk_step_smem_bytes(), st);
+    return cudaLaunchCooperativeKernel((const void *)k_step, dim3((unsigned)grid), dim3(ST_NW * 32),
+                                       args, tk_step_smem_bytes(), st);
 }
 
 extern "C" cudaError_t tk_step_fits(int *blocks_per_sm)

@@ -15,9 +15,9 @@ extern "C" {
 #endif
 
 #define TK_STEP_MAX_LAYERS 128
-#define TK_STEP_MAX_K 16384 /* widest GEMV input (the down projection's intermediate size) */
-#define TK_STEP_MAX_G 8     /* q heads per kv head */
-#define TK_STEP_MAX_HD 128
+#define TK_STEP_MAX_K      16384 /* widest GEMV input (the down projection's intermediate size) */
+#define TK_STEP_MAX_G      8     /* q heads per kv head */
+#define TK_STEP_MAX_HD     128
 
 /* One GEMV of the step: records of (16-row tile, 64-k group), 576 bytes
  * each, tile-major. kind: 0 qkv, 1 o, 2 gate_up, 3 down, 4 lm_head. */
@@ -33,14 +33,14 @@ typedef struct tk_step_args {
     int n_layers, E, F, nq, nkv, hd, rot;
     float eps, scale, mscale;
     const float *inv_freq;
-    float *res;   /* [E] F32, in: the token's embedding */
-    void *qkv;    /* BF16 [(nq + 2 nkv) hd] */
-    void *attn;   /* BF16 [nq hd] */
-    void *act;    /* BF16 [F] */
+    float *res; /* [E] F32, in: the token's embedding */
+    void *qkv;  /* BF16 [(nq + 2 nkv) hd] */
+    void *attn; /* BF16 [nq hd] */
+    void *act;  /* BF16 [F] */
     float *logits;
     const int32_t *pos, *slot, *seq_len, *btab; /* the batch's first (only) sequence */
-    int bs;                                   /* KV block size */
-    int max_splits;                           /* attention splits per kv head, at most */
+    int bs;                                     /* KV block size */
+    int max_splits;                             /* attention splits per kv head, at most */
     float *att_ws;
     unsigned *att_cnt; /* [nkv], kept at 0 between launches */
     unsigned *ctr;     /* grid barrier, zeroed by tk_step_launch */
@@ -57,9 +57,8 @@ cudaError_t tk_step_fits(int *blocks_per_sm);
  * into records; glu_f > 0: the gate_up layout, rows [0, glu_f) gate and
  * [glu_f, 2 glu_f) up, tile j = gate rows 8j.. and up rows 8j... rec holds
  * tiles x in / 64 x 576 bytes (tiles = ceil(rows / 16), or ceil(glu_f / 8)). */
-cudaError_t tk_step_repack(cudaStream_t st, const void *q, const void *scales,
-                           const void *biases, int64_t rows, int64_t in, int64_t glu_f,
-                           void *rec);
+cudaError_t tk_step_repack(cudaStream_t st, const void *q, const void *scales, const void *biases,
+                           int64_t rows, int64_t in, int64_t glu_f, void *rec);
 /* The step on grid blocks (one per SM), cooperatively. */
 cudaError_t tk_step_launch(cudaStream_t st, const tk_step_args *a, int grid);
 
