@@ -270,16 +270,22 @@ float *tu_download_f32(struct tern_backend *be, const struct tern_dtensor *t)
     return f;
 }
 
-float *tu_model_logits(struct tern_model *m, const int32_t *ids, int n, int V, int chunk,
-                       int block_size)
+struct tern_engine *tu_model_engine(struct tern_model *m, int max_batch_tokens, int block_size)
 {
     struct tern_engine_params ep = tern_engine_default_params();
     ep.max_seqs = 1;
-    ep.max_batch_tokens = chunk;
+    ep.max_batch_tokens = max_batch_tokens;
     ep.block_size = block_size;
     ep.max_context = 256;
     struct tern_engine *e = NULL;
     if (tern_engine_create(m, &ep, &e) != TERN_OK) fail_msg("engine: %s", tern_last_error());
+    return e;
+}
+
+float *tu_model_logits(struct tern_model *m, const int32_t *ids, int n, int V, int chunk,
+                       int block_size)
+{
+    struct tern_engine *e = tu_model_engine(m, chunk, block_size);
     float *out = tern_malloc((size_t)n * (size_t)V * sizeof(float));
     assert_non_null(out);
     if (tern_logits(e, ids, n, out) != TERN_OK) fail_msg("logits: %s", tern_last_error());
@@ -289,11 +295,7 @@ float *tu_model_logits(struct tern_model *m, const int32_t *ids, int n, int V, i
 
 int32_t *tu_model_greedy(struct tern_model *m, const int32_t *ids, int n, int G)
 {
-    struct tern_engine_params ep = tern_engine_default_params();
-    ep.max_seqs = 1;
-    ep.max_context = 256;
-    struct tern_engine *e = NULL;
-    if (tern_engine_create(m, &ep, &e) != TERN_OK) fail_msg("engine: %s", tern_last_error());
+    struct tern_engine *e = tu_model_engine(m, 2048, 16);
     int32_t *gen = tern_malloc((size_t)G * sizeof(int32_t)), n_gen = 0;
     assert_non_null(gen);
     if (tern_generate_greedy(e, ids, n, G, false, gen, &n_gen) != TERN_OK)

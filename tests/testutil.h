@@ -85,6 +85,10 @@ char *tu_write_temp(const char *name, const void *data, size_t len);
 char *tu_temp_dir(const char *tag);
 
 struct tern_model;
+struct tern_engine;
+/* An engine of one sequence over m: batches of max_batch_tokens,
+ * block_size-position KV blocks, context 256. Fails the test on error. */
+struct tern_engine *tu_model_engine(struct tern_model *m, int max_batch_tokens, int block_size);
 /* Every position's logits [n, V] of ids through an engine of one sequence
  * (batches of `chunk` tokens, `block_size`-position KV blocks, context 256);
  * tern_free the result. Fails the test on error. */

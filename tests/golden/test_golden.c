@@ -19,29 +19,6 @@ struct fixture {
     struct tu_npy prompt, logits, greedy, greedy_logits;
 };
 
-static struct tern_engine *make_engine(struct tern_model *m, int max_batch_tokens, int block_size)
-{
-    struct tern_engine_params ep = tern_engine_default_params();
-    ep.max_seqs = 1;
-    ep.max_batch_tokens = max_batch_tokens;
-    ep.block_size = block_size;
-    ep.max_context = 256;
-    struct tern_engine *e = NULL;
-    if (tern_engine_create(m, &ep, &e) != TERN_OK) fail_msg("engine: %s", tern_last_error());
-    return e;
-}
-
-static float *logits_of(struct tern_model *m, const int32_t *ids, int n, int V, int chunk,
-                        int block_size)
-{
-    struct tern_engine *e = make_engine(m, chunk, block_size);
-    float *out = tern_malloc((size_t)n * (size_t)V * sizeof(float));
-    assert_non_null(out);
-    if (tern_logits(e, ids, n, out) != TERN_OK) fail_msg("logits: %s", tern_last_error());
-    tern_engine_destroy(e);
-    return out;
-}
-
 static void check_fixture(const char *dir)
 {
     struct fixture f = {0};
@@ -67,7 +44,7 @@ static void check_fixture(const char *dir)
                                                              (int64_t)(V - 1) * in.n_embd * esz));
 
     /* 1. full-sequence logits vs transformers */
-    float *full = logits_of(m, f.prompt.data, n, V, 2048, 16);
+    float *full = tu_model_logits(m, f.prompt.data, n, V, 2048, 16);
     double err = tu_max_rel_err(full, f.logits.data, (size_t)n * V);
     printf("  %-40s %s  prompt logits max rel err %.2e\n", strrchr(dir, '/') + 1, in.architecture,
            err);
@@ -76,7 +53,7 @@ static void check_fixture(const char *dir)
     /* 2. greedy tokens identical for all steps */
     int32_t *gen = tern_malloc((size_t)G * sizeof(int32_t));
     int32_t n_gen = 0;
-    struct tern_engine *e = make_engine(m, 2048, 16);
+    struct tern_engine *e = tu_model_engine(m, 2048, 16);
     if (tern_generate_greedy(e, f.prompt.data, n, G, false, gen, &n_gen) != TERN_OK)
         fail_msg("generate: %s", tern_last_error());
     tern_engine_destroy(e);
@@ -91,14 +68,14 @@ static void check_fixture(const char *dir)
     int32_t *seq = tern_malloc((size_t)total * sizeof(int32_t));
     memcpy(seq, f.prompt.data, (size_t)n * sizeof(int32_t));
     memcpy(seq + n, gen, (size_t)(G - 1) * sizeof(int32_t));
-    float *all = logits_of(m, seq, total, V, 2048, 16);
+    float *all = tu_model_logits(m, seq, total, V, 2048, 16);
     err = tu_max_rel_err(all + (size_t)(n - 1) * V, f.greedy_logits.data, (size_t)G * V);
     if (!(err <= REL_TOL)) fail_msg("%s: greedy-step logits rel err %.3e", dir, err);
 
     /* 4. incremental decode and odd chunks == full forward, bitwise (CPU) */
     const int chunks[][2] = {{1, 16}, {5, 4}, {7, 3}};
     for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
-        float *inc = logits_of(m, seq, total, V, chunks[c][0], chunks[c][1]);
+        float *inc = tu_model_logits(m, seq, total, V, chunks[c][0], chunks[c][1]);
         if (memcmp(inc, all, (size_t)total * V * sizeof(float)) != 0)
             fail_msg("%s: chunk %d / block %d logits differ from the full forward (max rel %.3e)",
                      dir, chunks[c][0], chunks[c][1],
