@@ -515,7 +515,7 @@ static __global__ void __launch_bounds__(NW * 32, 1) k_step(step_args a, uint4 k
 #pragma unroll
                 for (int jj = 0; jj < C6; jj++) {
                     if (XS) q8_group_xs(w[jj], xa[jj], xb[jj], sb[jj], xg[jj], kc, acc);
-                    else q8_group<false>(w[jj], xa[jj], xb[jj], sb[jj], kc, acc);
+                    else q8_group(w[jj], xa[jj], xb[jj], sb[jj], kc, acc);
                 }
             } else { /* a short last chunk of a slice: the stage is read in the loop, then released */
                 for (int jj = 0; jj < ng; jj++) {
@@ -523,7 +523,7 @@ static __global__ void __launch_bounds__(NW * 32, 1) k_step(step_args a, uint4 k
                     uint2 sb = ((const uint2 *)(sp + jj * REC + 32))[g];
                     const uint4 *xp = (const uint4 *)(xs + 64 * (G + jj) + 16 * t);
                     if (XS) q8_group_xs(w, xp[0], xp[1], sb, xsum[G + jj], kc, acc);
-                    else q8_group<false>(w, xp[0], xp[1], sb, kc, acc);
+                    else q8_group(w, xp[0], xp[1], sb, kc, acc);
                 }
                 if (EI) {
                     used++;

@@ -138,7 +138,7 @@ static __global__ void __launch_bounds__((NC + 1) * 32, 1)
                     uint4 w = sp[j * REC + lane];
                     uint2 sb = ((const uint2 *)(sp + j * REC + 32))[g];
                     const uint4 *xp = (const uint4 *)(xs + 64 * G + 16 * t);
-                    q8_group<false>(w, xp[0], xp[1], sb, kc, acc);
+                    q8_group(w, xp[0], xp[1], sb, kc, acc);
                 }
             } else if (lane == 0) {
                 acc[0] += __uint_as_float(sp[lane].x & 0x3F7F3F7Fu); /* touch the stage */
@@ -261,7 +261,7 @@ static __global__ void __launch_bounds__(NW * 32, 1)
 #pragma unroll
                     for (int j = 0; j < 4; j++) {
                         if (XS) q8_group_xs(w[j], xa[j], xb[j], sb[j], xsg[j], kc, acc);
-                        else q8_group<false>(w[j], xa[j], xb[j], sb[j], kc, acc);
+                        else q8_group(w[j], xa[j], xb[j], sb[j], kc, acc);
                     }
                 }
             } else if (COMPUTE) {
@@ -273,7 +273,7 @@ static __global__ void __launch_bounds__(NW * 32, 1)
                     uint2 sb = ((const uint2 *)(sp + j * REC + 32))[g];
                     const uint4 *xp = (const uint4 *)(xs + 64 * G + 16 * t);
                     if (XS) q8_group_xs(w, xp[0], xp[1], sb, xsum[G], kc, acc);
-                    else q8_group<false>(w, xp[0], xp[1], sb, kc, acc);
+                    else q8_group(w, xp[0], xp[1], sb, kc, acc);
                 }
             } else if (lane == 0) {
                 acc[0] += __uint_as_float(sp[lane].x & 0x3F7F3F7Fu);

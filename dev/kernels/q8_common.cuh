@@ -5,14 +5,25 @@
  * word s = k-step s, k_i = 64 G + 16 t + 4 s + i) followed by the 8
  * (scale, bias) words of rows g / g + 8 (q8_lab.cu's header has the nibble
  * map). q8_group folds one record into a lane's 4 sums; q8_bulk / q8_wait /
- * q8_arrive drive cp.async.bulk copies into shared memory through mbarriers.
+ * q8_arrive drive cp.async.bulk copies into shared memory through mbarriers
+ * (q8_group, q8_wait and q8_smem are the library's, cuda_step.cuh).
  * Kernel lab code, not part of the library. Include after
  * backend/cuda/cuda_qmma.cuh (tk_mma_bf16).
  */
 #ifndef TERN_DEV_Q8_COMMON_CUH
 #define TERN_DEV_Q8_COMMON_CUH
 
+#include "backend/cuda/cuda_step.cuh"
+
 #define REC 36 /* uint4 per record: 32 lanes x 16 bytes + 8 x 8 bytes of scale/bias */
+
+/* One record into a lane's 4 sums: the library's (cuda_step.cuh), with
+ * kc = {magic 0x43004300, ...} as a kernel argument. */
+static __device__ __forceinline__ void q8_group(const uint4 w, const uint4 xa, const uint4 xb,
+                                                uint2 sbv, const uint4 kc, float *acc)
+{
+    st_group(w, xa, xb, sbv, kc.x, acc);
+}
 
 /* (x & 0x000F000F) | m in one LOP3 (m in a register). */
 static __device__ __forceinline__ uint32_t q8_lop(uint32_t x, uint32_t m)
@@ -20,34 +31,6 @@ static __device__ __forceinline__ uint32_t q8_lop(uint32_t x, uint32_t m)
     uint32_t d;
     asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;" : "=r"(d) : "r"(x), "r"(m));
     return d;
-}
-
-/* kc = {magic 0x43004300, 2^28, 2^24, 2^20}: kernel arguments, opaque to ptxas. */
-template <bool HI>
-static __device__ __forceinline__ void q8_group(const uint4 w, const uint4 xa, const uint4 xb,
-                                                uint2 sbv, const uint4 kc, float *acc)
-{
-    float cg[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xg[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const uint32_t ww[4] = {w.x, w.y, w.z, w.w};
-    const uint32_t xr[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-    const uint32_t one = 0x3F803F80u;
-#pragma unroll
-    for (int s = 0; s < 4; s++) {
-        uint32_t v = ww[s];
-        uint32_t v4 = HI ? __umulhi(v, kc.y) : v >> 4;
-        uint32_t v8 = HI ? __umulhi(v, kc.z) : v >> 8;
-        uint32_t v12 = HI ? __umulhi(v, kc.w) : v >> 12;
-        tk_mma_bf16(cg, q8_lop(v, kc.x), q8_lop(v4, kc.x), q8_lop(v8, kc.x), q8_lop(v12, kc.x),
-                    xr[2 * s], xr[2 * s + 1]);
-        tk_mma_bf16(xg, one, one, one, one, xr[2 * s], xr[2 * s + 1]);
-    }
-    float s0 = __uint_as_float(sbv.x << 16), s1 = __uint_as_float(sbv.x & 0xffff0000u);
-    float o0 = fmaf(-128.0f, s0, __uint_as_float(sbv.y << 16));
-    float o1 = fmaf(-128.0f, s1, __uint_as_float(sbv.y & 0xffff0000u));
-    acc[0] = fmaf(o0, xg[0], fmaf(s0, cg[0], acc[0]));
-    acc[1] = fmaf(o0, xg[1], fmaf(s0, cg[1], acc[1]));
-    acc[2] = fmaf(o1, xg[2], fmaf(s1, cg[2], acc[2]));
-    acc[3] = fmaf(o1, xg[3], fmaf(s1, cg[3], acc[3]));
 }
 
 /* q8_group with the group's sum of x given (XS: the sum made once per op, not by a second MMA per record). */
@@ -72,10 +55,7 @@ static __device__ __forceinline__ void q8_group_xs(const uint4 w, const uint4 xa
     acc[3] = fmaf(s1, cg[3], acc[3] + o1);
 }
 
-static __device__ __forceinline__ uint32_t q8_smem(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
+#define q8_smem st_smem
 
 static __device__ __forceinline__ void q8_bulk(uint32_t dst, const void *src, uint32_t bytes,
                                                uint32_t bar)
@@ -87,16 +67,7 @@ static __device__ __forceinline__ void q8_bulk(uint32_t dst, const void *src, ui
                  : "memory");
 }
 
-static __device__ __forceinline__ void q8_wait(uint32_t bar, uint32_t parity)
-{
-    uint32_t ok;
-    do {
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                     : "=r"(ok)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    } while (!ok);
-}
+#define q8_wait st_wait
 
 /* One arrival on an mbarrier (a consumer releasing a ring stage). */
 static __device__ __forceinline__ void q8_arrive(uint32_t bar)
@@ -104,7 +75,7 @@ static __device__ __forceinline__ void q8_arrive(uint32_t bar)
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 
-/* kc of q8_group: {magic 0x43004300, 2^28, 2^24, 2^20} as kernel arguments. */
+/* kc of q8_group: {magic 0x43004300, ...} as kernel arguments. */
 static const uint4 KC = {0x43004300u, 1u << 28, 1u << 24, 1u << 20};
 
 #endif /* TERN_DEV_Q8_COMMON_CUH */

@@ -10,9 +10,8 @@
  * LOP3 with two immediates, and the shifts run on the ALU pipe too, ~14 ALU
  * operations per packed word in all. Here:
  *   - (w & 0x000F000F) | magic is one LOP3 (the magic lives in a register);
- *   - HI = true: the right shifts are IMAD.HI (umulhi by 2^(32-s), the
- *     multipliers passed as kernel arguments so ptxas cannot turn them back
- *     into shifts), which issue on the FMA pipe: 4 ALU + 3 FMA per word;
+ *   - (measured and removed: the right shifts as IMAD.HI, umulhi by
+ *     2^(32-s), to move them to the FMA pipe; slower, see below);
  *   - the K order inside a group is permuted so lane t's activations for a
  *     whole group are x[64 G + 16 t .. + 15]: two 16-byte loads;
  *   - a record is the group's 512 bytes of fragments (lane L's 16 bytes at
@@ -196,7 +195,7 @@ static __device__ __forceinline__ void q8_finish(float *acc, float (*red)[32][4]
 
 /* ---------------------------------------------------------------- v8: registers */
 
-template <int U, int W, bool HI>
+template <int U, int W>
 static __global__ void __launch_bounds__(Q8_WARPS * 32)
     k_q8(const uint4 *__restrict__ rec, const bf16 *__restrict__ x, int xs, int n_tok, float *y,
          int ys, int out, int nG, uint4 kc)
@@ -229,7 +228,7 @@ static __global__ void __launch_bounds__(Q8_WARPS * 32)
                 xa[u] = __ldg(xp), xb[u] = __ldg(xp + 1);
                 rp += REC, xp += 8;
             }
-            q8_group<HI>(w, a, b, s, kc, acc);
+            q8_group(w, a, b, s, kc, acc);
         }
     }
     q8_finish<W>(acc, red, warp, lane, ks, live, tile, y, ys, out, n_tok);
@@ -260,7 +259,7 @@ static __device__ __forceinline__ void q9_ring_start(int lane, uint32_t bar0, ui
     __syncwarp();
 }
 
-template <int S, int C, int W, bool HI>
+template <int S, int C, int W>
 static __global__ void __launch_bounds__(Q8_WARPS * 32)
     k_q9(const uint4 *__restrict__ rec, const bf16 *__restrict__ x, int xs, int n_tok, float *y,
          int ys, int out, int nG, uint4 kc)
@@ -293,7 +292,7 @@ static __global__ void __launch_bounds__(Q8_WARPS * 32)
             uint4 a = xa, b = xb;
             xp += 8;
             if (c * C + j + 1 < n_mine) xa = __ldg(xp), xb = __ldg(xp + 1);
-            q8_group<HI>(w, a, b, s, kc, acc);
+            q8_group(w, a, b, s, kc, acc);
         }
         __syncwarp();
         if (lane == 0 && c + S < n_chunks) q9_chunk<C>(ring0, bar0, st, rp, c + S, n_mine);
@@ -380,7 +379,7 @@ static __global__ void __launch_bounds__(Q8_WARPS * 32)
             int Gn = G + 1 == nG ? 0 : G + 1;
             bool more = c * C + j + 1 < n_mine;
             if (more) xa = __ldg((const uint4 *)(xrow + 64 * Gn)), xb = __ldg((const uint4 *)(xrow + 64 * Gn) + 1);
-            q8_group<false>(wv, a, b, s, kc, acc);
+            q8_group(wv, a, b, s, kc, acc);
             if (Gn == 0 || !more) {
                 q10_flush(acc, tile, w, lane, nG, R, NW, ws, maxp, cnt, y, ys, out, n_tok);
                 acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
@@ -398,24 +397,24 @@ static __global__ void __launch_bounds__(Q8_WARPS * 32)
 
 typedef void (*q8_fn)(const uint4 *, const bf16 *, int, int, float *, int);
 
-template <int U, int W, bool HI>
+template <int U, int W>
 static void q8_run(const uint4 *rec, const bf16 *x, int in, int n_tok, float *y, int out)
 {
     unsigned blocks = (unsigned)(((out + 15) / 16 + Q8_WARPS / W - 1) / (Q8_WARPS / W));
-    k_q8<U, W, HI><<<blocks, Q8_WARPS * 32>>>(rec, x, in, n_tok, y, out, out, in / 64, KC);
+    k_q8<U, W><<<blocks, Q8_WARPS * 32>>>(rec, x, in, n_tok, y, out, out, in / 64, KC);
 }
 
-template <int S, int C, int W, bool HI>
+template <int S, int C, int W>
 static void q9_run(const uint4 *rec, const bf16 *x, int in, int n_tok, float *y, int out)
 {
     static bool attr;
     size_t smem = (size_t)Q8_WARPS * S * C * REC * 16;
     if (!attr) {
-        CK(cudaFuncSetAttribute(k_q9<S, C, W, HI>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CK(cudaFuncSetAttribute(k_q9<S, C, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         attr = true;
     }
     unsigned blocks = (unsigned)(((out + 15) / 16 + Q8_WARPS / W - 1) / (Q8_WARPS / W));
-    k_q9<S, C, W, HI><<<blocks, Q8_WARPS * 32, smem>>>(rec, x, in, n_tok, y, out, out, in / 64, KC);
+    k_q9<S, C, W><<<blocks, Q8_WARPS * 32, smem>>>(rec, x, in, n_tok, y, out, out, in / 64, KC);
 }
 
 static float *g_ws;
@@ -452,14 +451,13 @@ struct cfg {
     const char *name;
     q8_fn f;
 };
-#define V8(U, W, H) {"v8" #H " U" #U "W" #W, q8_run<U, W, H>}
-#define V9(S, C, W, H) {"v9" #H " S" #S "C" #C "W" #W, q9_run<S, C, W, H>}
-/* "true"/"false" in the names: HI (shifts as IMAD.HI) or plain shifts */
+#define V8(U, W) {"v8 U" #U "W" #W, q8_run<U, W>}
+#define V9(S, C, W) {"v9 S" #S "C" #C "W" #W, q9_run<S, C, W>}
 #define V10(S, C, M) {"v10 S" #S "C" #C "M" #M, q10_run<S, C, M>}
 static const cfg CFGS[] = {
-    V8(2, 2, false), V8(2, 4, false), V8(2, 8, false),
-    V9(4, 2, 2, false), V9(4, 2, 4, false), V9(4, 2, 8, false), V9(2, 4, 4, false), V9(2, 4, 8, false),
-    V9(8, 2, 4, false), V9(8, 2, 8, false),
+    V8(2, 2), V8(2, 4), V8(2, 8),
+    V9(4, 2, 2), V9(4, 2, 4), V9(4, 2, 8), V9(2, 4, 4), V9(2, 4, 8),
+    V9(8, 2, 4), V9(8, 2, 8),
     V10(4, 2, 4), V10(4, 2, 8), V10(4, 2, 16), V10(2, 4, 8), V10(8, 2, 8), V10(4, 4, 16),
 };
 

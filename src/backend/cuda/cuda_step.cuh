@@ -1,0 +1,62 @@
+/*
+ * cuda_step.cuh — the record arithmetic of the decode step kernel
+ * (cuda_step.cu), shared with the kernel labs that prototype it
+ * (dev/kernels/q8_common.cuh): a record is one 16-row tile's 64-k group,
+ * 512 bytes of mma.m16n8k16 A fragments then the 8 (scale, bias) pairs
+ * (cuda_step.cu's header has the nibble map). CUDA C++ only. Depends on
+ * cuda_qmma.cuh (tk_mma_bf16).
+ */
+#ifndef TERN_CUDA_STEP_CUH
+#define TERN_CUDA_STEP_CUH
+
+#include "backend/cuda/cuda_qmma.cuh"
+
+#include <stdint.h>
+
+static __device__ __forceinline__ uint32_t st_smem(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+static __device__ __forceinline__ void st_wait(uint32_t bar, uint32_t parity)
+{
+    uint32_t ok;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+                     "selp.u32 %0, 1, 0, p; }"
+                     : "=r"(ok)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!ok);
+}
+
+/* One record into a lane's 4 sums (magic: 0x43004300, bf16 128 in each
+ * half, in a register): 8 MMAs, per group acc += s C + (b - 128 s) X. */
+static __device__ __forceinline__ void st_group(const uint4 w, const uint4 xa, const uint4 xb,
+                                                uint2 sbv, uint32_t magic, float *acc)
+{
+    float cg[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xg[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const uint32_t ww[4] = {w.x, w.y, w.z, w.w};
+    const uint32_t xr[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+    const uint32_t one = 0x3F803F80u;
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        uint32_t v = ww[s], a[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;"
+                : "=r"(a[j])
+                : "r"(v >> (4 * j)), "r"(magic));
+        tk_mma_bf16(cg, a[0], a[1], a[2], a[3], xr[2 * s], xr[2 * s + 1]);
+        tk_mma_bf16(xg, one, one, one, one, xr[2 * s], xr[2 * s + 1]);
+    }
+    float s0 = __uint_as_float(sbv.x << 16), s1 = __uint_as_float(sbv.x & 0xffff0000u);
+    float o0 = fmaf(-128.0f, s0, __uint_as_float(sbv.y << 16));
+    float o1 = fmaf(-128.0f, s1, __uint_as_float(sbv.y & 0xffff0000u));
+    acc[0] = fmaf(o0, xg[0], fmaf(s0, cg[0], acc[0]));
+    acc[1] = fmaf(o0, xg[1], fmaf(s0, cg[1], acc[1]));
+    acc[2] = fmaf(o1, xg[2], fmaf(s1, cg[2], acc[2]));
+    acc[3] = fmaf(o1, xg[3], fmaf(s1, cg[3], acc[3]));
+}
+
+#endif /* TERN_CUDA_STEP_CUH */
