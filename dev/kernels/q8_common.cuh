@@ -6,7 +6,8 @@
  * (scale, bias) words of rows g / g + 8 (q8_lab.cu's header has the nibble
  * map). q8_group folds one record into a lane's 4 sums; q8_bulk / q8_wait /
  * q8_arrive drive cp.async.bulk copies into shared memory through mbarriers
- * (q8_group, q8_wait and q8_smem are the library's, cuda_step.cuh).
+ * (q8_group and q8_wait are the library's, cuda_step.cuh; q8_smem is
+ * tk_smem_u32, cuda_common.cuh).
  * Kernel lab code, not part of the library. Include after
  * backend/cuda/cuda_qmma.cuh (tk_mma_bf16).
  */
@@ -55,7 +56,7 @@ static __device__ __forceinline__ void q8_group_xs(const uint4 w, const uint4 xa
     acc[3] = fmaf(s1, cg[3], acc[3] + o1);
 }
 
-#define q8_smem st_smem
+#define q8_smem tk_smem_u32
 
 static __device__ __forceinline__ void q8_bulk(uint32_t dst, const void *src, uint32_t bytes,
                                                uint32_t bar)

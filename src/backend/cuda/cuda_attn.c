@@ -95,8 +95,7 @@ bool tern_cuda_qkr_fits(const struct tern_dtensor *qkv, const struct tern_dtenso
 }
 
 /* The fused kernel where it takes the shape (tern_cuda_qkr_fits); otherwise
- * the three
- * ops in turn, which is what the kernel computes. */
+ * the three ops in turn, which is what the kernel computes. */
 enum tern_status tern_cuda_qk_rope_store(struct tern_backend *be, struct tern_dtensor *qkv,
                                          const struct tern_dtensor *q_norm,
                                          const struct tern_dtensor *k_norm, float eps,

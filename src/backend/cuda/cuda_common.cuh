@@ -42,6 +42,12 @@ template <typename T> static __device__ __forceinline__ T tk_from(float v);
 template <> __device__ __forceinline__ float tk_from<float>(float v) { return v; }
 template <> __device__ __forceinline__ bf16 tk_from<bf16>(float v) { return __float2bfloat16(v); }
 
+/* The shared-memory address of p, for PTX operands. */
+static __device__ __forceinline__ uint32_t tk_smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
 static __device__ __forceinline__ float tk_warp_sum(float v)
 {
 #pragma unroll

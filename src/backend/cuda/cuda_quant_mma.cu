@@ -69,19 +69,14 @@
  * per tile, o / down 4096 rows at 8, lm_head 128256 rows within 3% at 1-4). */
 #define QM_TARGET_WARPS 6144
 
-static __device__ __forceinline__ uint32_t smem_u32(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
 /* Asynchronous global -> shared copy of N bytes (16: L2 only; 4 / 8: .ca). */
 template <int N>
 static __device__ __forceinline__ void cp_async(void *dst, const void *src)
 {
     if (N == 16)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(tk_smem_u32(dst)), "l"(src));
     else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(smem_u32(dst)), "l"(src),
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(tk_smem_u32(dst)), "l"(src),
                      "n"(N));
 }
 

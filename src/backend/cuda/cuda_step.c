@@ -13,17 +13,14 @@
 #include "backend/cuda/cuda_step.h"
 #include "base/base.h"
 
-#define STEP_NW 16 /* cuda_step.cu's ST_NW */
-#define STEP_LT 32 /* cuda_step.cu's ST_LT */
-
 struct tern_step_plan {
     tk_step_args args; /* the launch's block, batch fields filled per run */
     tk_step_op *ops_dev;
     void **rec; /* the records of each op */
     int n_ops;
     int grid;
-    int64_t qkv_w, E, F, nq_hd, vocab;
-    void *scratch; /* qkv | attn | act (BF16), att_cnt, ctr */
+    int64_t E, vocab;
+    void *scratch; /* qkv | attn | act (BF16), att_ws, att_cnt, ctr */
 };
 
 static enum tern_status unsupported(const char *why)
@@ -46,7 +43,7 @@ static bool bf16_vec(const struct tern_dtensor *t, int64_t n)
 }
 
 /* The op's warps per tile (1 << lks): the share that balances its tiles
- * best over the grid's warp groups, with at most STEP_LT tiles per group;
+ * best over the grid's warp groups, with at most TK_STEP_LT tiles per group;
  * within 2% the fewer warps per tile (longer slices: fewer tile ends). On
  * the 8B (132 SMs): qkv and o 16, gate_up, down and lm_head 8, the best
  * of the lab's sweeps (docs/perf/quant.md). -1: none fits. */
@@ -57,8 +54,8 @@ static int pick_lks(int64_t tiles, int64_t nG, int grid)
     for (int lks = 0; lks <= 4; lks++) {
         int64_t ks = 1 << lks;
         if (nG % ks) continue;
-        int64_t units = (int64_t)grid * (STEP_NW / ks), lt = (tiles + units - 1) / units;
-        if (lt > STEP_LT) continue;
+        int64_t units = (int64_t)grid * (TK_STEP_NW / ks), lt = (tiles + units - 1) / units;
+        if (lt > TK_STEP_LT) continue;
         double eff = (double)tiles / (double)(units * lt);
         if (eff > best_eff + 0.02) best_eff = eff, best = lks;
     }
@@ -85,7 +82,7 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
         return unsupported("layer count or head shape");
     int64_t qkv_w = (nq + 2 * nkv) * hd;
     if (E % 64 || F % 64 || (nq * hd) % 64 || E > TK_STEP_MAX_K || F > TK_STEP_MAX_K ||
-        nq * hd > TK_STEP_MAX_K || E % 16 || (nq * hd) % 16)
+        nq * hd > TK_STEP_MAX_K)
         return unsupported("hidden / intermediate / head widths");
     for (int l = 0; l < d->n_layers; l++) {
         const struct tern_step_layer *ly = &d->layers[l];
@@ -115,7 +112,7 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
     if (!p) return TERN_E_NO_MEMORY;
     p->n_ops = 4 * d->n_layers + 1;
     p->grid = grid;
-    p->qkv_w = qkv_w, p->E = E, p->F = F, p->nq_hd = nq * hd, p->vocab = V;
+    p->E = E, p->vocab = V;
     tk_step_op *ops = tern_calloc((size_t)p->n_ops, sizeof *ops);
     p->rec = tern_calloc((size_t)p->n_ops, sizeof *p->rec);
     enum tern_status st = TERN_OK;
@@ -146,7 +143,7 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
             w = d->lm_head, nw = d->final_norm;
         }
         int64_t in = w->in_features, rows = w->out_features;
-        int64_t tiles = glu ? (glu + 7) / 8 : (rows + 15) / 16, nG = in / 64;
+        int64_t tiles = tk_step_tiles(rows, glu), nG = in / 64;
         int lks = pick_lks(tiles, nG, grid);
         if (lks < 0) {
             st = unsupported("an op has too many tiles for the grid");
@@ -185,8 +182,6 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
         st = tern_error(TERN_E_NO_MEMORY, "decode step kernel: scratch");
         goto fail;
     }
-    TERN_CU(cudaMemcpyAsync(p->ops_dev, ops, (size_t)p->n_ops * sizeof *ops, cudaMemcpyHostToDevice,
-                            c->stream));
     char *s = p->scratch;
     tk_step_args *a = &p->args;
     a->ops = p->ops_dev;
@@ -202,8 +197,14 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
     a->att_cnt = (unsigned *)((char *)a->att_ws + ws_bytes);
     a->ctr = a->att_cnt + nkv;
     a->max_splits = max_splits;
-    TERN_CU(cudaMemsetAsync(a->att_cnt, 0, (size_t)(nkv + 1) * 4, c->stream));
-    TERN_CU(cudaStreamSynchronize(c->stream)); /* ops' host copy, and the repacks, done */
+    cudaError_t e = cudaMemcpyAsync(p->ops_dev, ops, (size_t)p->n_ops * sizeof *ops,
+                                    cudaMemcpyHostToDevice, c->stream);
+    if (e == cudaSuccess) e = cudaMemsetAsync(a->att_cnt, 0, (size_t)(nkv + 1) * 4, c->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream); /* the copy and the repacks done */
+    if (e != cudaSuccess) {
+        st = tern_cuda_fail("decode step kernel setup", (int)e, __FILE__, __LINE__);
+        goto fail;
+    }
     tern_free(ops);
     tern_log(TERN_LOG_INFO,
              "decode step kernel: %d ops on %d SMs, %.2f GB of records, %d attention splits "

@@ -32,7 +32,8 @@
  * last split of a head merging in split order); o GEMV adding into the
  * residual; norm; gate_up GEMV with silu * up; down GEMV adding into the
  * residual; then the final norm and the lm_head GEMV into F32 logits.
- * Depends on cuda_common.cuh, cuda_qmma.cuh, cuda_rope.cuh, cuda_step.h.
+ * Depends on cuda_common.cuh, cuda_qmma.cuh, cuda_rope.cuh, cuda_step.cuh,
+ * cuda_step.h.
  */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_qmma.cuh"
@@ -40,14 +41,16 @@
 #include "backend/cuda/cuda_step.cuh"
 #include "backend/cuda/cuda_step.h"
 
-#define ST_NW         16 /* warps per block */
+#define ST_NW         TK_STEP_NW
 #define ST_S          4  /* ring stages per warp */
 #define ST_C          4  /* records per chunk */
 #define ST_REC        36 /* uint4 per record */
-#define ST_LT         32 /* tiles per warp group and op, at most */
+#define ST_LT         TK_STEP_LT
 #define ST_SPL        64 /* K/V rows per attention pass */
 #define ST_RING_BYTES (ST_NW * ST_S * ST_C * ST_REC * 16)
 #define ST_X_BYTES    (TK_STEP_MAX_K * 2)
+#define ST_ATT_PER                                                                                 \
+    (TK_STEP_MAX_G * TK_STEP_MAX_HD / (ST_NW * 32)) /* (q head, dim) pairs per thread */
 
 enum { ST_QKV, ST_O, ST_GU, ST_DOWN, ST_LM };
 
@@ -130,7 +133,7 @@ extern "C" cudaError_t tk_step_repack(cudaStream_t st, const void *q, const void
                                       const void *biases, int64_t rows, int64_t in, int64_t glu_f,
                                       void *rec)
 {
-    int64_t tiles = glu_f > 0 ? (glu_f + 7) / 8 : (rows + 15) / 16;
+    int64_t tiles = tk_step_tiles(rows, glu_f);
     int64_t n = tiles * (in / 64) * 32;
     if (n == 0) return cudaSuccess;
     k_step_repack<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(
@@ -257,7 +260,7 @@ static __device__ void st_load_x(const bf16 *src, int n, bf16 *xs)
 
 static __device__ __forceinline__ void st_cp16(void *dst, const void *src)
 {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(st_smem(dst)), "l"(src)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(tk_smem_u32(dst)), "l"(src)
                  : "memory");
 }
 
@@ -291,7 +294,6 @@ static __device__ void st_att_item(const tk_step_args &a, int layer, int h, int 
     const int ctx = __ldg(a.seq_len), pos = __ldg(a.pos);
     const int p0 = sp * spl, p1 = min(ctx, p0 + spl);
     bf16 *kc = (bf16 *)a.kc[layer], *vc = (bf16 *)a.vc[layer];
-    /* q heads h G .. h G + G - 1, raw */
     /* through L2 (written by other SMs in this launch): q heads h G ..
      * h G + G - 1, and the head's new k and v, raw */
     const bf16 *qsrc = ST_QKV_P(a) + (size_t)h * G * hd;
@@ -308,9 +310,9 @@ static __device__ void st_att_item(const tk_step_args &a, int layer, int h, int 
             __fmul_rn(st_rope(S->q + g * hd, d, a.rot, (float)pos, a.inv_freq, a.mscale), a.scale);
     }
     if (tid < G) S->m[tid] = -INFINITY, S->l[tid] = 0.0f;
-    float acc[TK_STEP_MAX_G * TK_STEP_MAX_HD / (ST_NW * 32)];
+    float acc[ST_ATT_PER];
 #pragma unroll
-    for (int j = 0; j < TK_STEP_MAX_G * TK_STEP_MAX_HD / (ST_NW * 32); j++) acc[j] = 0.0f;
+    for (int j = 0; j < ST_ATT_PER; j++) acc[j] = 0.0f;
     for (int q0 = p0; q0 < p1; q0 += ST_SPL) {
         int n = min(ST_SPL, p1 - q0);
         __syncthreads(); /* the previous pass's reads of k / v / s */
@@ -372,7 +374,7 @@ static __device__ void st_att_item(const tk_step_args &a, int layer, int h, int 
         }
         __syncthreads();
 #pragma unroll
-        for (int j = 0; j < TK_STEP_MAX_G * TK_STEP_MAX_HD / (ST_NW * 32); j++) { /* p . v */
+        for (int j = 0; j < ST_ATT_PER; j++) { /* p . v */
             int i = tid + j * nt;
             if (i >= G * hd) break;
             int g = i / hd, d = i % hd;
@@ -385,7 +387,7 @@ static __device__ void st_att_item(const tk_step_args &a, int layer, int h, int 
     __syncthreads();
     if (n_sp == 1) { /* one split: the output directly */
 #pragma unroll
-        for (int j = 0; j < TK_STEP_MAX_G * TK_STEP_MAX_HD / (ST_NW * 32); j++) {
+        for (int j = 0; j < ST_ATT_PER; j++) {
             int i = tid + j * nt;
             if (i >= G * hd) break;
             int g = i / hd;
@@ -396,7 +398,7 @@ static __device__ void st_att_item(const tk_step_args &a, int layer, int h, int 
     const int ast = hd + 4;
     float *ws = a.att_ws + (size_t)(h * a.max_splits + sp) * G * ast;
 #pragma unroll
-    for (int j = 0; j < TK_STEP_MAX_G * TK_STEP_MAX_HD / (ST_NW * 32); j++) {
+    for (int j = 0; j < ST_ATT_PER; j++) {
         int i = tid + j * nt;
         if (i >= G * hd) break;
         ws[(i / hd) * ast + i % hd] = acc[j];
@@ -482,7 +484,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
     bf16 *xs = (bf16 *)(smem + ST_RING_BYTES);
     float *parts = (float *)(smem + ST_RING_BYTES + ST_X_BYTES);
     st_att *att = (st_att *)parts;
-    uint32_t ring0 = st_smem(ring), bar0 = st_smem(&bars[warp][0]);
+    uint32_t ring0 = tk_smem_u32(ring), bar0 = tk_smem_u32(&bars[warp][0]);
     uint64_t pol;
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
     if (lane == 0) {

@@ -13,11 +13,6 @@
 
 #include <stdint.h>
 
-static __device__ __forceinline__ uint32_t st_smem(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
 static __device__ __forceinline__ void st_wait(uint32_t bar, uint32_t parity)
 {
     uint32_t ok;

@@ -18,6 +18,8 @@ extern "C" {
 #define TK_STEP_MAX_K      16384 /* widest GEMV input (the down projection's intermediate size) */
 #define TK_STEP_MAX_G      8     /* q heads per kv head */
 #define TK_STEP_MAX_HD     128
+#define TK_STEP_NW         16 /* warps per block, one block per SM */
+#define TK_STEP_LT         32 /* tiles a group of warps takes in one op, at most */
 
 /* One GEMV of the step: records of (16-row tile, 64-k group), 576 bytes
  * each, tile-major. kind: 0 qkv, 1 o, 2 gate_up, 3 down, 4 lm_head. */
@@ -46,6 +48,13 @@ typedef struct tk_step_args {
     unsigned *ctr;     /* grid barrier, zeroed by tk_step_launch */
     void *kc[TK_STEP_MAX_LAYERS], *vc[TK_STEP_MAX_LAYERS];
 } tk_step_args;
+
+/* 16-row tiles of a weight of `rows` rows (glu_f > 0: the gate_up layout,
+ * 8 gate and 8 up rows per tile). */
+static inline int64_t tk_step_tiles(int64_t rows, int64_t glu_f)
+{
+    return glu_f > 0 ? (glu_f + 7) / 8 : (rows + 15) / 16;
+}
 
 /* Dynamic shared memory of the kernel; floats the attention merge can hold
  * (n_splits x G x (hd + 4) must fit). */
