@@ -12,7 +12,7 @@
 # GPU_CHECK_Q4_KERNELS="v4 v1 TERN_CUDA_FUSE_OPS=qkr,glu,arn" adds 4-bit batch-1 runs
 # with those GEMVs (or environment settings), GPU_CHECK_BF16_ENVS="A=1+B=2 C=3" bf16 ones
 # (one run per space-separated entry, its settings joined by "+", values may hold commas),
-# GPU_CHECK_KEEP=1 leaves the models in /tmp/tern-llama8b{,-q4}, GPU_CHECK_MODELS="q4:/tmp/tern-llama8b-q4"
+# GPU_CHECK_TESTS="t1 t2" runs only those tests ("" none), GPU_CHECK_KEEP=1 leaves the models in /tmp/tern-llama8b{,-q4}, GPU_CHECK_MODELS="q4:/tmp/tern-llama8b-q4"
 # benches only the 4-bit model.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +27,7 @@ TESTS="test_ops_cuda test_quant_cuda test_golden_cuda test_graph_cuda"
 for f in $C/test_*cuda; do # extra CUDA tests carried (TERN_GPU_EXTRA)
   t=$(basename "$f"); case " $TESTS " in *" $t "*) ;; *) TESTS="$TESTS $t" ;; esac
 done
+TESTS=${GPU_CHECK_TESTS-$TESTS} # GPU_CHECK_TESTS="test_step_cuda": only those ("": none)
 for t in $TESTS; do
   cr timeout 90 $C/$t >"$OUT/$t.log" 2>&1; echo "$t rc=$?"
   grep -E "PASSED|FAILED" "$OUT/$t.log" | tail -2
@@ -36,8 +37,10 @@ if [ "${GPU_CHECK_RACECHECK:-0}" = 1 ]; then
     >"$OUT/racecheck.log" 2>&1; echo "racecheck test_ops_cuda rc=$?"
   grep -E "RACECHECK SUMMARY|ERROR SUMMARY|PASSED|FAILED" "$OUT/racecheck.log" | tail -3
 fi
-TERN_QUANT_DEVICE=cuda cr timeout 60 $C/test_golden_quant >"$OUT/test_golden_quant.log" 2>&1
-echo "test_golden_quant (cuda) rc=$?"
+if [ -z "${GPU_CHECK_TESTS+x}" ]; then
+  TERN_QUANT_DEVICE=cuda cr timeout 60 $C/test_golden_quant >"$OUT/test_golden_quant.log" 2>&1
+  echo "test_golden_quant (cuda) rc=$?"
+fi
 [ "${GPU_CHECK_BENCH:-1}" = 0 ] && exit 0
 timeout 100 python3 tools/make_model.py --preset llama-3.1-8b --out "$MODEL" \
   --tokenizer-dir $C/tok-llama3_1 >"$OUT/make_model.log" 2>&1; echo "make_model rc=$?"

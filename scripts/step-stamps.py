@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Where the decode step kernel's time goes, from its stamps.
+
+Usage: scripts/step-stamps.py STAMPS.csv [--json]
+
+STAMPS.csv is what TERN_CUDA_STEP_STAMPS=FILE makes the CUDA backend write
+when the model closes (cuda_step.c): for the last decode step, every op and
+block, four globaltimer stamps in ns: the op's start (the previous op's
+epilogue done), its x ready (norm / attention / LL wait done), its GEMV
+done, its epilogue done. Prints, per op kind averaged over the layers, the
+median over blocks of each interval, the spread of the x-ready stamps, and
+the step's total.
+"""
+import csv
+import json
+import statistics
+import sys
+from collections import defaultdict
+
+KINDS = ["qkv", "o", "gate_up", "down", "lm_head"]
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    rows = defaultdict(list)
+    with open(sys.argv[1]) as f:
+        for r in csv.DictReader(f):
+            rows[int(r["op"])].append(r)
+    ops = sorted(rows)
+    acc = defaultdict(lambda: defaultdict(list))
+    starts = [statistics.median(int(r["start"]) / 1e3 for r in rows[op]) for op in ops]
+    starts.append(statistics.median(int(r["epilogue_done"]) / 1e3 for r in rows[ops[-1]]))
+    for i, op in enumerate(ops):
+        rs = rows[op]
+        kind = KINDS[int(rs[0]["kind"])]
+        col = {k: [int(r[k]) / 1e3 for r in rs] for k in ("start", "x_ready", "gemv_done", "epilogue_done")}
+        med = {k: statistics.median(v) for k, v in col.items()}
+        a = acc[kind]
+        a["x wait"].append(med["x_ready"] - med["start"])
+        a["gemv"].append(med["gemv_done"] - med["x_ready"])
+        a["epilogue"].append(med["epilogue_done"] - med["gemv_done"])
+        a["x-ready spread"].append(max(col["x_ready"]) - min(col["x_ready"]))
+        a["gemv-done spread"].append(max(col["gemv_done"]) - min(col["gemv_done"]))
+        a["op (median start to start)"].append(starts[i + 1] - starts[i])
+    total = max(int(r["epilogue_done"]) for r in rows[ops[-1]]) / 1e3
+    out = {k: {m: statistics.mean(v) for m, v in a.items()} for k, a in acc.items()}
+    if "--json" in sys.argv:
+        print(json.dumps({"total_us": total, "per_kind_us": out}, indent=1))
+        return
+    metrics = ["op (median start to start)", "x wait", "gemv", "epilogue", "x-ready spread",
+               "gemv-done spread"]
+    print("us, mean over layers of the median over blocks (spreads: max - min over blocks)")
+    print("%-8s" % "kind" + "".join("%16s" % m[:15] for m in metrics))
+    for k in KINDS:
+        if k in out:
+            print("%-8s" % k + "".join("%16.2f" % out[k].get(m, 0.0) for m in metrics))
+    print("step: %.1f us (first start to last epilogue)" % total)
+    # the attention phase: from the last qkv epilogue, medians over the
+    # blocks that had an item (att_q stamped), mean over layers
+    att = defaultdict(list)
+    for i, op in enumerate(ops):
+        if KINDS[int(rows[op][0]["kind"])] != "o" or i == 0:
+            continue
+        t0 = max(int(r["epilogue_done"]) for r in rows[ops[i - 1]]) / 1e3
+        items = [r for r in rows[op] if int(r.get("att_q", -1)) >= 0]
+        for k in ("att_q", "att_kv", "att_passes", "att_parts", "att_out"):
+            v = [int(r[k]) / 1e3 - t0 for r in items if int(r.get(k, -1)) >= 0]
+            if v:
+                att[k].append(statistics.median(v))
+        att["x_ready"].append(statistics.median(int(r["x_ready"]) / 1e3 for r in rows[op]) - t0)
+    if att:
+        print("attention, us after the last qkv epilogue: " +
+              ", ".join("%s %.2f" % (k, statistics.mean(v)) for k, v in att.items()))
+
+
+if __name__ == "__main__":
+    main()
