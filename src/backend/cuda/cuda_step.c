@@ -13,6 +13,9 @@
 #include "backend/cuda/cuda_step.h"
 #include "base/base.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+
 struct tern_step_plan {
     tk_step_args args; /* the launch's block, batch fields filled per run */
     tk_step_op *ops_dev;
@@ -20,7 +23,8 @@ struct tern_step_plan {
     int n_ops;
     int grid;
     int64_t E, vocab;
-    void *scratch; /* qkv | attn | act (BF16), att_ws, att_cnt, ctr */
+    unsigned long long *stamps; /* TERN_CUDA_STEP_STAMPS: written to that file by step_free */
+    void *scratch;              /* the epoch counter, then the LL lines of every layer */
 };
 
 static enum tern_status unsupported(const char *why)
@@ -37,17 +41,21 @@ static bool q4_fits(const struct tern_linear *w, int64_t out, int64_t in)
            w->in_features == in && w->out_features == out && in % 64 == 0;
 }
 
+/* A BF16 vector of n, 16-byte aligned (the kernel copies norm weights in
+ * 16-byte pieces). */
 static bool bf16_vec(const struct tern_dtensor *t, int64_t n)
 {
-    return t && t->buf && t->dtype == TERN_DTYPE_BF16 && (int64_t)tern_dtensor_numel(t) == n;
+    return t && t->buf && t->dtype == TERN_DTYPE_BF16 && (int64_t)tern_dtensor_numel(t) == n &&
+           ((uintptr_t)tern_cuda_ptr(t) & 15) == 0;
 }
 
 /* The op's warps per tile (1 << lks): the share that balances its tiles
- * best over the grid's warp groups, with at most TK_STEP_LT tiles per group;
- * within 2% the fewer warps per tile (longer slices: fewer tile ends). On
- * the 8B (132 SMs): qkv and o 16, gate_up, down and lm_head 8, the best
- * of the lab's sweeps (docs/perf/quant.md). -1: none fits. */
-static int pick_lks(int64_t tiles, int64_t nG, int grid)
+ * best over the grid's warp groups, with at most TK_STEP_LT tiles per group
+ * and max_slots per block; within 2% the fewer warps per tile (longer
+ * slices: fewer tile ends). On the 8B (132 SMs): qkv and o 16, gate_up,
+ * down and lm_head 8, the best of the lab's sweeps (docs/perf/quant.md).
+ * -1: none fits. */
+static int pick_lks(int64_t tiles, int64_t nG, int grid, int64_t max_slots)
 {
     int best = -1;
     double best_eff = -1.0;
@@ -55,7 +63,7 @@ static int pick_lks(int64_t tiles, int64_t nG, int grid)
         int64_t ks = 1 << lks;
         if (nG % ks) continue;
         int64_t units = (int64_t)grid * (TK_STEP_NW / ks), lt = (tiles + units - 1) / units;
-        if (lt > TK_STEP_LT) continue;
+        if (lt > TK_STEP_LT || lt * (TK_STEP_NW / ks) > max_slots) continue;
         double eff = (double)tiles / (double)(units * lt);
         if (eff > best_eff + 0.02) best_eff = eff, best = lks;
     }
@@ -81,7 +89,7 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
         rp->rotary_dim > hd)
         return unsupported("layer count or head shape");
     int64_t qkv_w = (nq + 2 * nkv) * hd;
-    if (E % 64 || F % 64 || (nq * hd) % 64 || E > TK_STEP_MAX_K || F > TK_STEP_MAX_K ||
+    if (E % 64 || F % 64 || (nq * hd) % 64 || E > TK_STEP_MAX_E || F > TK_STEP_MAX_K ||
         nq * hd > TK_STEP_MAX_K)
         return unsupported("hidden / intermediate / head widths");
     for (int l = 0; l < d->n_layers; l++) {
@@ -144,12 +152,14 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
         }
         int64_t in = w->in_features, rows = w->out_features;
         int64_t tiles = tk_step_tiles(rows, glu), nG = in / 64;
-        int lks = pick_lks(tiles, nG, grid);
+        /* o and down: the residual rows of the block's tiles wait in its stash */
+        int lks =
+            pick_lks(tiles, nG, grid, kind == 1 || kind == 3 ? TK_STEP_STASH_TILES : INT64_MAX);
         if (lks < 0) {
             st = unsupported("an op has too many tiles for the grid");
             goto fail;
         }
-        size_t bytes = (size_t)tiles * (size_t)nG * 576;
+        size_t bytes = (size_t)tk_step_records(tiles, nG, grid, lks) * 576;
         cudaError_t e = cudaMalloc(&p->rec[i], bytes);
         if (e != cudaSuccess) {
             cudaGetLastError();
@@ -158,7 +168,7 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
             goto fail;
         }
         e = tk_step_repack(c->stream, tern_cuda_ptr(&w->weight), tern_cuda_ptr(&w->scales),
-                           tern_cuda_ptr(&w->biases), rows, in, glu, p->rec[i]);
+                           tern_cuda_ptr(&w->biases), rows, in, glu, grid, lks, p->rec[i]);
         if (e != cudaSuccess) {
             st = tern_cuda_fail("tk_step_repack", (int)e, __FILE__, __LINE__);
             goto fail;
@@ -173,10 +183,13 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
         ops[i].tiles = (int)tiles;
         ops[i].lks = lks;
     }
-    size_t act_bytes = (size_t)(qkv_w + nq * hd + F) * 2;
-    size_t ws_bytes = (size_t)nkv * (size_t)max_splits * (size_t)G * (size_t)(hd + 4) * 4;
-    size_t total = act_bytes + ws_bytes + (size_t)(nkv + 1) * 4 + 256;
-    if (cudaMalloc(&p->scratch, total) != cudaSuccess ||
+    /* LL lines per layer: qkv, attn (BF16, 4 per line), res after o, act
+     * (BF16), res after down (F32, 2 per line), the splits' partials */
+    int64_t ll_qkv = 0, ll_attn = qkv_w / 4, ll_res_o = ll_attn + nq * hd / 4;
+    int64_t ll_act = ll_res_o + E / 2, ll_res_d = ll_act + F / 4, ll_part = ll_res_d + E / 2;
+    int64_t ll_layer = ll_part + nkv * max_splits * G * (hd + 2) / 2;
+    size_t total = 256 + (size_t)ll_layer * (size_t)d->n_layers * 16;
+    if (ll_layer * d->n_layers > INT32_MAX / 2 || cudaMalloc(&p->scratch, total) != cudaSuccess ||
         cudaMalloc((void **)&p->ops_dev, (size_t)p->n_ops * sizeof *ops) != cudaSuccess) {
         cudaGetLastError();
         st = tern_error(TERN_E_NO_MEMORY, "decode step kernel: scratch");
@@ -190,16 +203,31 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
     a->rot = rp->rotary_dim;
     a->eps = d->eps, a->scale = ap->scale, a->mscale = rp->mscale;
     a->inv_freq = tern_cuda_ptr(&rp->inv_freq);
-    a->qkv = s;
-    a->attn = s + (size_t)qkv_w * 2;
-    a->act = s + (size_t)(qkv_w + nq * hd) * 2;
-    a->att_ws = (float *)(s + ((act_bytes + 255) & ~(size_t)255));
-    a->att_cnt = (unsigned *)((char *)a->att_ws + ws_bytes);
-    a->ctr = a->att_cnt + nkv;
+    a->epoch = (unsigned long long *)s;
+    a->ll = s + 256;
+    a->ll_layer = (int)ll_layer, a->ll_qkv = (int)ll_qkv, a->ll_attn = (int)ll_attn;
+    a->ll_res_o = (int)ll_res_o, a->ll_act = (int)ll_act, a->ll_res_d = (int)ll_res_d;
+    a->ll_part = (int)ll_part;
     a->max_splits = max_splits;
     cudaError_t e = cudaMemcpyAsync(p->ops_dev, ops, (size_t)p->n_ops * sizeof *ops,
                                     cudaMemcpyHostToDevice, c->stream);
-    if (e == cudaSuccess) e = cudaMemsetAsync(a->att_cnt, 0, (size_t)(nkv + 1) * 4, c->stream);
+    const char *ev = getenv("TERN_CUDA_STEP_DEPTH");
+    a->depth = ev && atoi(ev) >= 1 && atoi(ev) <= 4 ? atoi(ev) : 4;
+    ev = getenv("TERN_CUDA_STEP_SPIN_NS");
+    if (ev) tk_step_set_spin((unsigned)atoi(ev));
+    ev = getenv("TERN_CUDA_STEP_TUNE");
+    a->tune = ev ? atoi(ev) : 0;
+    if (getenv("TERN_CUDA_STEP_STAMPS")) {
+        size_t sb = (size_t)p->n_ops * (size_t)grid * TK_STEP_STAMPS * sizeof *p->stamps;
+        if (cudaMalloc((void **)&p->stamps, sb) != cudaSuccess ||
+            cudaMemset(p->stamps, 0, sb) != cudaSuccess) {
+            cudaGetLastError();
+            p->stamps = NULL;
+        }
+        a->stamps = p->stamps;
+    }
+    /* flags 0: never a launch's (the first launch's flag is 1) */
+    if (e == cudaSuccess) e = cudaMemsetAsync(p->scratch, 0, total, c->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream); /* the copy and the repacks done */
     if (e != cudaSuccess) {
         st = tern_cuda_fail("decode step kernel setup", (int)e, __FILE__, __LINE__);
@@ -248,10 +276,45 @@ enum tern_status tern_cuda_step_run(struct tern_backend *be, struct tern_step_pl
     return TERN_OK;
 }
 
+/* The last step's stamps as CSV (op, kind, block, then the four stamps in
+ * ns from the step's first), for scripts/step-stamps.py. */
+static void write_stamps(struct tern_cuda *c, struct tern_step_plan *p, const char *path)
+{
+    size_t n = (size_t)p->n_ops * (size_t)p->grid * TK_STEP_STAMPS;
+    unsigned long long *h = tern_malloc(n * sizeof *h);
+    FILE *fp = h ? fopen(path, "w") : NULL;
+    if (!fp || cudaStreamSynchronize(c->stream) != cudaSuccess ||
+        cudaMemcpy(h, p->stamps, n * sizeof *h, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        cudaGetLastError();
+        tern_log(TERN_LOG_WARN, "decode step kernel: stamps not written to %s", path);
+    } else {
+        unsigned long long t0 = ~0ull;
+        for (size_t i = 0; i < n; i += TK_STEP_STAMPS)
+            if (h[i] && h[i] < t0) t0 = h[i];
+        fprintf(fp, "op,kind,block,start,x_ready,gemv_done,epilogue_done,att_q,att_kv,"
+                    "att_passes,att_parts,att_out\n");
+        for (int op = 0; op < p->n_ops; op++)
+            for (int b = 0; b < p->grid; b++) {
+                const unsigned long long *e =
+                    h + ((size_t)op * (size_t)p->grid + (size_t)b) * TK_STEP_STAMPS;
+                fprintf(fp, "%d,%d,%d", op, op == p->n_ops - 1 ? 4 : op % 4, b);
+                for (int k = 0; k < TK_STEP_STAMPS; k++) /* 0: not stamped (no attention item) */
+                    fprintf(fp, ",%lld", e[k] ? (long long)(e[k] - t0) : -1ll);
+                fprintf(fp, "\n");
+            }
+    }
+    if (fp) fclose(fp);
+    tern_free(h);
+}
+
 void tern_cuda_step_free(struct tern_backend *be, struct tern_step_plan *p)
 {
     if (!p) return;
-    tern_cuda_of(be);
+    struct tern_cuda *c = tern_cuda_of(be);
+    if (p->stamps) {
+        write_stamps(c, p, getenv("TERN_CUDA_STEP_STAMPS"));
+        cudaFree(p->stamps);
+    }
     if (p->rec)
         for (int i = 0; i < p->n_ops; i++) cudaFree(p->rec[i]);
     cudaFree(p->ops_dev);

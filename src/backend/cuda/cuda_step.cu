@@ -1,13 +1,14 @@
 /*
  * cuda_step.cu — a whole decode step of a llama-family model with 4-bit
  * (MLX affine, group 64) weights as ONE persistent kernel: one block of 16
- * warps per SM, grid barriers between dependent phases, and the weights
- * streamed by per-warp rings of cp.async.bulk copies that run ahead across
- * ops and phases (weights never depend on activations). Why: launched op by
- * op the step's GEMVs reach only ~55% of the copy rate and every one of its
- * ~230 kernel boundaries costs microseconds; the labs (dev/kernels/
- * persist6_lab.cu, docs/perf/quant.md) measured this structure at 58% of
- * the bandwidth floor with every phase in. Host side: cuda_step.c.
+ * warps per SM, the weights streamed by per-warp rings of cp.async.bulk
+ * copies that run ahead across ops and phases (weights never depend on
+ * activations), and no grid barrier: each phase hands its output on in LL
+ * lines (data and a per-launch flag in one 16-byte store, ll_put) that the
+ * consumers poll, so a dependency costs one L2 round trip. Why: launched op
+ * by op the step's GEMVs reach only ~55% of the copy rate and every one of
+ * its ~230 kernel boundaries costs microseconds (docs/perf/quant.md has the
+ * labs and the measurements). Host side: cuda_step.c.
  *
  * Weights: each linear is repacked at load into 576-byte records, one per
  * (16-row tile, 64-k group): 512 bytes of mma.m16n8k16 A fragments (lane L
@@ -15,23 +16,27 @@
  * + 4 s + i, nibbles (r0 k0, r1 k0, r0 k2, r1 k2, r0 k1, r1 k1, r0 k3, r1 k3)
  * for rows r0 = 16 tile + g, r1 = r0 + 8) then the 8 (scale, bias) pairs of
  * rows (g, g + 8). The gate_up projection's tile j holds gate rows 8j..8j+7
- * and up rows 8j..8j+7, so silu(gate) * up is the tile's own epilogue.
+ * and up rows 8j..8j+7, so silu(gate) * up is the tile's own epilogue. The
+ * records lie in the order the warps read them (tk_step_records: a warp's
+ * k-th chunk of 4 records at slot k x warps + warp).
  *
- * A record's arithmetic: a_j = ((w >> 4 j) & 0x000F000F) | 0x43004300 is
- * bf16 (128 + q); one MMA sums x (128 + q) over 16 k, a second with A = 1
- * sums x; per group acc += s C + (b - 128 s) X. Work per op: a tile belongs
- * to a group of KS warps of one block (KS chosen on the host so the op
- * balances over the grid); warp j of the group takes the tile's j-th
- * contiguous slice of groups and keeps its sums in registers; after the
- * op's chunks a block barrier, and the block's warps add each tile's slices
- * in warp order and run the op's epilogue. Deterministic: no atomics in any
- * sum. Phases (per layer): RMSNorm of the F32 residual into every block's
- * shared x; qkv GEMV; attention (items (kv head, split) on whole blocks:
- * q roped, the new token's k roped and stored with v at its cache slot by
- * the split that holds it, online softmax in passes of 64 positions, the
- * last split of a head merging in split order); o GEMV adding into the
- * residual; norm; gate_up GEMV with silu * up; down GEMV adding into the
- * residual; then the final norm and the lm_head GEMV into F32 logits.
+ * A record's arithmetic (st_group1): a_j = ((w >> 4 j) & 0x000F000F) |
+ * 0x43004300 is bf16 (128 + q); 4 MMAs sum x (128 + q) over the group, and
+ * per group acc += s C + (b - 128 s) X with X the group's sum of x, made
+ * once per op where x is written. Work per op: a tile belongs to a group
+ * of KS warps of one block (KS chosen on the host so the op balances over
+ * the grid); warp j of the group takes the tile's j-th contiguous slice of
+ * groups and keeps its sums in registers; after the op's chunks a block
+ * barrier, and the block's warps add each tile's slices in warp order and
+ * run the op's epilogue. Deterministic: no atomics in any sum. Phases (per
+ * layer): RMSNorm of the residual into every block's shared x (the rows
+ * the block's o / down epilogue adds to kept in its stash); qkv GEMV;
+ * attention (items (kv head, split) on whole blocks: q roped, the new
+ * token's k roped and stored with v at its cache slot by the split that
+ * holds it, online softmax in passes of 64 positions, the last split of a
+ * head merging the others' partial sums in split order); o GEMV adding into
+ * the residual; norm; gate_up GEMV with silu * up; down GEMV adding into
+ * the residual; then the final norm and the lm_head GEMV into F32 logits.
  * Depends on cuda_common.cuh, cuda_qmma.cuh, cuda_rope.cuh, cuda_step.cuh,
  * cuda_step.h.
  */
@@ -61,7 +66,6 @@ struct st_att {
     float qf[TK_STEP_MAX_G * TK_STEP_MAX_HD];
     float s[TK_STEP_MAX_G][ST_SPL];
     float m[TK_STEP_MAX_G], l[TK_STEP_MAX_G], fac[TK_STEP_MAX_G];
-    unsigned last;
     union __align__(16)
     {
         struct {
@@ -73,13 +77,22 @@ struct st_att {
     u;
 };
 
+/* The step's constants, read once per launch into shared memory (a
+ * global load after the q arrives would be one more L2 round trip). */
+struct st_consts {
+    int ctx, pos;
+    int64_t slot;
+    float invf[TK_STEP_MAX_HD / 2];
+};
+
 #define ST_PARTS_BYTES  (ST_NW * ST_LT * 16 * 4)
 #define ST_REGION_BYTES (sizeof(st_att) > ST_PARTS_BYTES ? sizeof(st_att) : ST_PARTS_BYTES)
 #define ST_WS_FLOATS    ((sizeof(((st_att *)0)->u)) / 4)
+static_assert(ST_REGION_BYTES >= TK_STEP_MAX_E * 4, "the norm stages the residual in the region");
 
 extern "C" size_t tk_step_smem_bytes(void)
 {
-    return ST_RING_BYTES + ST_X_BYTES + ST_REGION_BYTES;
+    return ST_RING_BYTES + ST_X_BYTES + ST_REGION_BYTES + TK_STEP_STASH_TILES * 16 * 4;
 }
 extern "C" size_t tk_step_merge_floats(void)
 {
@@ -93,7 +106,7 @@ extern "C" size_t tk_step_merge_floats(void)
  * 8-15 up rows glu_f + 8 tile + r - 8). */
 static __global__ void k_step_repack(const uint32_t *q, const uint16_t *sc, const uint16_t *bi,
                                      int64_t rows, int64_t in, int64_t glu_f, int64_t tiles,
-                                     uint4 *rec)
+                                     int grid, int lks, uint4 *rec)
 {
     int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int64_t nG = in / 64;
@@ -121,31 +134,32 @@ static __global__ void k_step_repack(const uint32_t *q, const uint16_t *sc, cons
         w4[s] = n0[0] | n1[0] << 4 | n0[2] << 8 | n1[2] << 12 | n0[1] << 16 | n1[1] << 20 |
                 n0[3] << 24 | n1[3] << 28;
     }
-    rec[tg * ST_REC + L] = make_uint4(w4[0], w4[1], w4[2], w4[3]);
+    /* its slot: the warp that takes group G of this tile, and its step */
+    int64_t per = ST_NW >> lks, units = (int64_t)grid * per, len = nG >> lks;
+    int64_t cps = (len + ST_C - 1) / ST_C, l2 = tau / units, rem = tau % units;
+    int64_t j = G / len, o = G % len;
+    int64_t w = (rem / per) * ST_NW + ((rem % per) << lks) + j;
+    int64_t dst = ((l2 * cps + o / ST_C) * grid * ST_NW + w) * ST_C + o % ST_C;
+    rec[dst * ST_REC + L] = make_uint4(w4[0], w4[1], w4[2], w4[3]);
     if (t == 0) {
         uint32_t s0 = ok0 ? sc[r0 * nG + G] : 0u, s1 = ok1 ? sc[r1 * nG + G] : 0u;
         uint32_t b0 = ok0 ? bi[r0 * nG + G] : 0u, b1 = ok1 ? bi[r1 * nG + G] : 0u;
-        ((uint2 *)(rec + tg * ST_REC + 32))[g] = make_uint2(s0 | s1 << 16, b0 | b1 << 16);
+        ((uint2 *)(rec + dst * ST_REC + 32))[g] = make_uint2(s0 | s1 << 16, b0 | b1 << 16);
     }
 }
 
 extern "C" cudaError_t tk_step_repack(cudaStream_t st, const void *q, const void *scales,
                                       const void *biases, int64_t rows, int64_t in, int64_t glu_f,
-                                      void *rec)
+                                      int grid, int lks, void *rec)
 {
     int64_t tiles = tk_step_tiles(rows, glu_f);
     int64_t n = tiles * (in / 64) * 32;
     if (n == 0) return cudaSuccess;
     k_step_repack<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(
         (const uint32_t *)q, (const uint16_t *)scales, (const uint16_t *)biases, rows, in, glu_f,
-        tiles, (uint4 *)rec);
+        tiles, grid, lks, (uint4 *)rec);
     return cudaGetLastError();
 }
-
-/* The argument block's BF16 buffers (void * in the C header). */
-#define ST_QKV_P(a)  ((bf16 *)(a).qkv)
-#define ST_ATTN_P(a) ((bf16 *)(a).attn)
-#define ST_ACT_P(a)  ((bf16 *)(a).act)
 
 /* ---------------------------------------------------------------- the weight stream */
 
@@ -153,14 +167,14 @@ extern "C" cudaError_t tk_step_repack(cudaStream_t st, const void *q, const void
  * its slice of the tile; the op's per-warp constants cached. */
 struct st_cur {
     const uint4 *rec;
-    int op, tile, c, len, tstride, G0, nG, tiles;
+    int op, tile, c, len, tstride, G0, step, tiles;
 };
 
 static __device__ __forceinline__ void st_start(st_cur &k, const tk_step_op *ops, int op, int warp)
 {
     const tk_step_op &o = ops[op];
     int per = ST_NW >> o.lks;
-    k.op = op, k.c = 0, k.rec = (const uint4 *)o.rec, k.nG = o.nG, k.tiles = o.tiles;
+    k.op = op, k.c = 0, k.rec = (const uint4 *)o.rec, k.step = 0, k.tiles = o.tiles;
     k.tile = blockIdx.x * per + (warp >> o.lks);
     k.tstride = gridDim.x * per;
     k.len = o.nG >> o.lks;
@@ -173,17 +187,17 @@ static __device__ __forceinline__ int st_next(st_cur &k, int64_t &r, int &G)
 {
     if (k.tile >= k.tiles) return 0;
     G = k.G0 + k.c;
-    r = (int64_t)k.tile * k.nG + G;
+    r = ((int64_t)k.step * (gridDim.x * ST_NW) + blockIdx.x * ST_NW + (threadIdx.x >> 5)) * ST_C;
     int n = min(ST_C, k.len - k.c);
-    k.c += ST_C;
+    k.c += ST_C, k.step++;
     if (k.c >= k.len) k.c = 0, k.tile += k.tstride;
     return n;
 }
 
-/* Lane 0: the warp's next chunk (across ops) into stage issued % ST_S. */
-static __device__ __forceinline__ void st_issue(st_cur &c, const tk_step_op *ops, int n_ops,
-                                                int warp, uint32_t ring0, uint32_t bar0,
-                                                uint32_t &issued, uint64_t pol)
+/* The warp's next chunk across ops (n records from rec), 0 after the last
+ * op; c steps past it. */
+static __device__ __forceinline__ int st_advance(st_cur &c, const tk_step_op *ops, int n_ops,
+                                                 int warp, const uint4 *&rec)
 {
     while (c.op < n_ops) {
         int64_t r;
@@ -196,72 +210,207 @@ static __device__ __forceinline__ void st_issue(st_cur &c, const tk_step_op *ops
                 c.op++;
             continue;
         }
-        uint32_t stg = issued % ST_S;
-        uint32_t dst = ring0 + stg * ST_C * ST_REC * 16, bar = bar0 + 8 * stg;
-        uint32_t bytes = (uint32_t)n * ST_REC * 16;
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-                     : "memory");
-        asm volatile(
-            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
-            "[%0], [%1], %2, [%3], %4;" ::"r"(dst),
-            "l"(c.rec + r * ST_REC), "r"(bytes), "r"(bar), "l"(pol)
-            : "memory");
-        issued++;
-        return;
+        rec = c.rec + r * ST_REC;
+        return n;
+    }
+    return 0;
+}
+
+/* Lane 0: the warp's next chunk (across ops) into stage issued % ST_S. */
+static __device__ __forceinline__ void st_issue(st_cur &c, const tk_step_op *ops, int n_ops,
+                                                int warp, uint32_t ring0, uint32_t bar0,
+                                                uint32_t &issued, uint64_t pol)
+{
+    const uint4 *src;
+    int n = st_advance(c, ops, n_ops, warp, src);
+    if (n == 0) return;
+    uint32_t stg = issued % ST_S;
+    uint32_t dst = ring0 + stg * ST_C * ST_REC * 16, bar = bar0 + 8 * stg;
+    uint32_t bytes = (uint32_t)n * ST_REC * 16;
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
+                 "[%0], [%1], %2, [%3], %4;" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar), "l"(pol)
+                 : "memory");
+    issued++;
+}
+
+/* Stamp k of (op, block) when a.stamps is set (TERN_CUDA_STEP_STAMPS): 0-3
+ * the op's start, x ready, GEMV done, epilogue done; 4-8 its attention
+ * item's q ready, first K / V rows in, passes done, partials in (merger)
+ * or out, output out. */
+static __device__ __forceinline__ void st_stamp(const tk_step_args &a, int op, int k)
+{
+    if (a.stamps && threadIdx.x == 0) {
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        a.stamps[((size_t)op * gridDim.x + blockIdx.x) * TK_STEP_STAMPS + k] = t;
     }
 }
 
-/* ---------------------------------------------------------------- grid barrier */
+/* ---------------------------------------------------------------- LL lines */
 
-/* Every block has arrived: the counter (zeroed before the launch) reaches
- * n x gridDim.x. The last thread counts in (lane 0s issue bulk copies). */
-static __device__ __forceinline__ void st_grid_sync(unsigned *ctr, unsigned n)
+/* A phase hands its output on in 16-byte lines {d0, flag, d1, flag} (the
+ * LL protocol of NCCL): one 16-byte store carries the data and its
+ * readiness, so a consumer polls the data itself. From the last producer's
+ * store to the consumer's use is one L2 round trip, with no fence, counter
+ * or grid barrier between (under the rings' load an L2 round trip is ~1 us,
+ * and a barrier with the fences it needs was ~3). Every layer has its own
+ * lines and the flag changes with every launch, so a line is never read
+ * before its producer's store of this step, and never overwritten while a
+ * reader may still want it. */
+static __device__ __forceinline__ void ll_put(uint4 *p, uint32_t d0, uint32_t d1, uint32_t f)
 {
-    __syncthreads();
-    if (threadIdx.x == ST_NW * 32 - 1) {
-        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr) : "memory");
-        unsigned v, target = n * gridDim.x;
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(d0), "r"(f),
+                 "r"(d1), "r"(f)
+                 : "memory");
+}
+
+static __device__ __forceinline__ uint4 ll_load(const uint4 *p)
+{
+    uint4 v;
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p)
+                 : "memory");
+    return v;
+}
+
+/* v, loaded from p, once its flags are f: the line's two data words. A
+ * line that never comes (a bug) traps after ~2^34 cycles instead of
+ * hanging the process. */
+/* ns a poller sleeps between polls of a line (TERN_CUDA_STEP_SPIN_NS) */
+static __constant__ unsigned st_spin_ns = 0;
+
+static __device__ __forceinline__ uint2 ll_ready(const uint4 *p, uint4 v, uint32_t f)
+{
+    if (v.y != f || v.w != f) {
+        long long t0 = clock64();
         do {
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
-        } while (v < target);
+            __nanosleep(st_spin_ns);
+            v = ll_load(p);
+            if (clock64() - t0 > (1ll << 34)) __trap();
+        } while (v.y != f || v.w != f);
     }
-    __syncthreads();
+    return make_uint2(v.x, v.z);
+}
+
+#define ST_LLB 4 /* LL loads a thread has in flight before it waits on any */
+
+/* Lines [0, n) of src (BF16, 4 per line) as data words into dst (uint2 per
+ * line), by the whole block; ST_LLB loads in flight per thread before any
+ * wait (each wait is an L2 round trip: ~1 us under the weight stream). xsum (n % 16 == 0): each
+ * 64-value group's sum (16 lines, a half-warp) for the GEMV. */
+static __device__ void ll_copy(const uint4 *src, int n, uint32_t f, uint2 *dst, float *xsum)
+{
+    const int nt = ST_NW * 32;
+    for (int base = 0; base < n; base += ST_LLB * nt) { /* block-uniform: the lanes shuffle */
+        uint4 v[ST_LLB];
+#pragma unroll
+        for (int j = 0; j < ST_LLB; j++) {
+            int i = base + threadIdx.x + j * nt;
+            if (i < n) v[j] = ll_load(src + i);
+        }
+#pragma unroll
+        for (int j = 0; j < ST_LLB; j++) {
+            int i = base + threadIdx.x + j * nt;
+            if (base + j * nt >= n) break;
+            uint2 d = make_uint2(0u, 0u);
+            if (i < n) dst[i] = d = ll_ready(src + i, v[j], f);
+            float p = (__uint_as_float(d.x << 16) + __uint_as_float(d.x & 0xffff0000u)) +
+                      (__uint_as_float(d.y << 16) + __uint_as_float(d.y & 0xffff0000u));
+#pragma unroll
+            for (int m = 8; m >= 1; m >>= 1) p += __shfl_xor_sync(0xffffffffu, p, m);
+            if (i < n && (threadIdx.x & 15) == 0) xsum[i / 16] = p;
+        }
+    }
+}
+
+/* Lines [0, n) of src as data words into dst, by the whole block (the
+ * residual's F32 pairs for the norm). */
+static __device__ void ll_stage(const uint4 *src, int n, uint32_t f, uint2 *dst)
+{
+    const int nt = ST_NW * 32;
+    for (int i0 = threadIdx.x; i0 < n; i0 += ST_LLB * nt) {
+        uint4 v[ST_LLB];
+#pragma unroll
+        for (int j = 0; j < ST_LLB; j++)
+            if (i0 + j * nt < n) v[j] = ll_load(src + i0 + j * nt);
+#pragma unroll
+        for (int j = 0; j < ST_LLB; j++)
+            if (i0 + j * nt < n) dst[i0 + j * nt] = ll_ready(src + i0 + j * nt, v[j], f);
+    }
+}
+
+/* Layer l's lines at offset off (the lm_head reads the last layer's). */
+static __device__ __forceinline__ uint4 *st_ll(const tk_step_args &a, int l, int off)
+{
+    return (uint4 *)a.ll + (size_t)l * a.ll_layer + off;
 }
 
 /* ---------------------------------------------------------------- phases */
-
-/* xs = bf16(res * rsqrt(mean(res^2) + eps) * w), every block for itself. */
-static __device__ void st_norm(const float *res, const bf16 *w, int n, float eps, bf16 *xs,
-                               float *red)
-{
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < n; i += ST_NW * 32) {
-        float v = __ldcg(res + i);
-        ss = __fmaf_rn(v, v, ss);
-    }
-    ss = tk_warp_sum(ss);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    float tot = 0.0f;
-    for (int k = 0; k < ST_NW; k++) tot += red[k];
-    float inv = rsqrtf(tot / (float)n + eps);
-    for (int i = threadIdx.x; i < n; i += ST_NW * 32)
-        xs[i] =
-            __float2bfloat16(__fmul_rn(__fmul_rn(__ldcg(res + i), inv), __bfloat162float(w[i])));
-    __syncthreads();
-}
-
-static __device__ void st_load_x(const bf16 *src, int n, bf16 *xs)
-{
-    for (int i = threadIdx.x; i < n / 8; i += ST_NW * 32)
-        ((uint4 *)xs)[i] = __ldcg((const uint4 *)src + i);
-    __syncthreads();
-}
 
 static __device__ __forceinline__ void st_cp16(void *dst, const void *src)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(tk_smem_u32(dst)), "l"(src)
                  : "memory");
+}
+
+/* The residual row r's place in the block's stash for the o / down op with
+ * 1 << lks warps per tile (the tiles this block's epilogue writes: the
+ * finish loop's index), or -1 when another block writes it. */
+static __device__ __forceinline__ int st_stash_at(int r, int lks)
+{
+    int per = ST_NW >> lks, tile = r >> 4, span = gridDim.x * per;
+    int l2 = tile / span, rem = tile - l2 * span;
+    if (rem / per != (int)blockIdx.x) return -1;
+    return ((l2 * per + rem % per) << 4) | (r & 15);
+}
+
+/* xs = bf16(res * rsqrt(mean(res^2) + eps) * w), every block for itself;
+ * res from the embedding (plain, written before the launch) or from the
+ * previous projection's LL lines, staged as F32 in the block's idle
+ * region (the same thread writes and reads its pairs). The rows the next
+ * o / down epilogue adds to (stash_lks >= 0) go to stash. */
+static __device__ void st_norm(const float *plain, const uint4 *ll, uint32_t f, int n,
+                               const bf16 *w, float eps, bf16 *xs, float *xsum, float *red,
+                               float2 *stage, float *stash, int stash_lks)
+{
+    const int nt = ST_NW * 32, nl = n / 2;
+    /* the weights into xs meanwhile (a dependent L2 round trip otherwise) */
+    for (int i = threadIdx.x; i < n / 8; i += nt) st_cp16(xs + 8 * i, w + 8 * i);
+    if (plain)
+        for (int i = threadIdx.x; i < nl; i += nt) stage[i] = __ldcg((const float2 *)plain + i);
+    else
+        ll_stage(ll, nl, f, (uint2 *)stage);
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < nl; i += nt) {
+        float2 v = stage[i];
+        ss = __fmaf_rn(v.x, v.x, ss);
+        ss = __fmaf_rn(v.y, v.y, ss);
+    }
+    ss = tk_warp_sum(ss);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();
+    float tot = 0.0f;
+    for (int k = 0; k < ST_NW; k++) tot += red[k];
+    float inv = rsqrtf(tot / (float)n + eps);
+    const __nv_bfloat162 *wp = (const __nv_bfloat162 *)xs; /* w, then x over it */
+    for (int i = threadIdx.x; i < nl; i += nt) { /* a warp's 32 pairs: one 64-value group */
+        float2 v = stage[i], wv = __bfloat1622float2(wp[i]);
+        __nv_bfloat162 xb = __floats2bfloat162_rn(__fmul_rn(__fmul_rn(v.x, inv), wv.x),
+                                                  __fmul_rn(__fmul_rn(v.y, inv), wv.y));
+        ((__nv_bfloat162 *)xs)[i] = xb;
+        float2 xf = __bfloat1622float2(xb);
+        float p = tk_warp_sum(xf.x + xf.y);
+        if ((threadIdx.x & 31) == 0) xsum[i / 32] = p;
+        if (stash_lks >= 0) {
+            int s0 = st_stash_at(2 * i, stash_lks);
+            if (s0 >= 0) stash[s0] = v.x, stash[s0 + 1] = v.y;
+        }
+    }
 }
 
 /* Head h's value i (of hd) after RoPE at position pos, from raw bf16 x in
@@ -286,28 +435,84 @@ static __device__ __forceinline__ int64_t st_row(const tk_step_args &a, int p)
     return (int64_t)a.btab[p / a.bs] * a.bs + p % a.bs;
 }
 
-/* One attention item (kv head h, split sp of n_sp) on the whole block. */
-static __device__ void st_att_item(const tk_step_args &a, int layer, int h, int sp, int n_sp,
-                                   int spl, st_att *S)
+/* The cached K / V rows of positions [q0, q0 + n) of kv head h into the
+ * block's shared rows (16-byte cp.async; the new token's row is skipped:
+ * it comes from this step's projection). */
+static __device__ void st_kv_issue(const tk_step_args &a, const bf16 *kc, const bf16 *vc, int h,
+                                   int q0, int n, int pos, st_att *S)
+{
+    const int hd = a.hd, nt = ST_NW * 32;
+    for (int i = threadIdx.x; i < 2 * n * (hd / 8); i += nt) {
+        int kv = i / (n * (hd / 8)), r = i % (n * (hd / 8)), p = r / (hd / 8), c = r % (hd / 8);
+        if (q0 + p == pos) continue;
+        const bf16 *src = (kv ? vc : kc) + (st_row(a, q0 + p) * a.nkv + h) * hd + 8 * c;
+        st_cp16(kv ? &S->u.kv.v[p][8 * c] : &S->u.kv.k[p][8 * c], src);
+    }
+}
+
+/* The cached K / V rows of the block's attention items into L2, issued
+ * at the qkv op's start: they come from DRAM behind the rings' copies
+ * (~5 us of queue under the weight stream), and the attention waits on
+ * them otherwise. */
+static __device__ void st_kv_prefetch(const tk_step_args &a, int layer, int n_sp, int spl, int ctx)
+{
+    const int hd = a.hd, nt = ST_NW * 32;
+    const int nl = (hd * 2 + 127) / 128; /* 128-byte lines per row */
+    const char *kc = (const char *)a.kc[layer], *vc = (const char *)a.vc[layer];
+    for (int it = blockIdx.x; it < a.nkv * n_sp; it += gridDim.x) {
+        int h = it / n_sp, p0 = (it % n_sp) * spl, n = min(ctx, p0 + spl) - p0;
+        for (int i = threadIdx.x; i < 2 * n * nl; i += nt) {
+            int kv = i / (n * nl), r = i % (n * nl), p = r / nl, l = r % nl;
+            const char *src = (kv ? vc : kc) + ((st_row(a, p0 + p) * a.nkv + h) * hd) * 2 + 128 * l;
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(src));
+        }
+    }
+}
+
+/* Values i .. i + 3 (thread i's and its 3 next lanes') as bf16 into LL
+ * line i / 4 of dst: called by every lane, stored by lanes with i % 4 == 0. */
+static __device__ __forceinline__ void st_put4(uint4 *dst, int i, float x, bool ok, uint32_t f)
+{
+    uint32_t b = (uint32_t)__bfloat16_as_ushort(__float2bfloat16(x));
+    uint32_t w0 = b | __shfl_down_sync(0xffffffffu, b, 1) << 16;
+    uint32_t w1 = __shfl_down_sync(0xffffffffu, w0, 2);
+    if (ok && (i & 3) == 0) ll_put(dst + i / 4, w0, w1, f);
+}
+
+/* One attention item (kv head h, split sp of n_sp) on the whole block. The
+ * splits' partial sums go out as LL lines; the last split of the head
+ * (the item a block reaches last, so no block waits on an item behind it)
+ * merges them in split order into the head's output lines. */
+static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, int op, int layer,
+                                   int h, int sp, int n_sp, int spl, st_att *S, uint32_t f)
 {
     const int G = a.nq / a.nkv, hd = a.hd, tid = threadIdx.x, nt = ST_NW * 32;
-    const int ctx = __ldg(a.seq_len), pos = __ldg(a.pos);
+    const int ctx = P->ctx, pos = P->pos;
     const int p0 = sp * spl, p1 = min(ctx, p0 + spl);
     bf16 *kc = (bf16 *)a.kc[layer], *vc = (bf16 *)a.vc[layer];
-    /* through L2 (written by other SMs in this launch): q heads h G ..
-     * h G + G - 1, and the head's new k and v, raw */
-    const bf16 *qsrc = ST_QKV_P(a) + (size_t)h * G * hd;
-    const bf16 *ksrc = ST_QKV_P(a) + (size_t)a.nq * hd + (size_t)h * hd;
-    const bf16 *vsrc = ST_QKV_P(a) + (size_t)(a.nq + a.nkv) * hd + (size_t)h * hd;
-    for (int i = tid; i < G * hd / 8; i += nt) st_cp16(S->q + 8 * i, qsrc + 8 * i);
-    for (int i = tid; i < hd / 8; i += nt) st_cp16(S->knew + 8 * i, ksrc + 8 * i);
-    for (int i = tid; i < hd / 8; i += nt) st_cp16(S->vnew + 8 * i, vsrc + 8 * i);
-    asm volatile("cp.async.wait_all;" ::: "memory");
+    /* the first pass's cached rows do not depend on this step: in flight
+     * while the projection is awaited */
+    st_kv_issue(a, kc, vc, h, p0, min(ST_SPL, p1 - p0), pos, S);
+    /* q heads h G .. h G + G - 1 and the head's new k and v, raw */
+    const uint4 *qkv = st_ll(a, layer, a.ll_qkv);
+    const int nq4 = G * hd / 4, n4 = hd / 4;
+    for (int i = tid; i < nq4 + 2 * n4; i += nt) {
+        const uint4 *src = i < nq4 ? qkv + h * nq4 + i
+                           : i < nq4 + n4
+                               ? qkv + (a.nq * hd + h * hd) / 4 + (i - nq4)
+                               : qkv + ((a.nq + a.nkv) * hd + h * hd) / 4 + (i - nq4 - n4);
+        uint2 d = ll_ready(src, ll_load(src), f);
+        uint2 *dst = i < nq4 ? (uint2 *)S->q + i
+                             : (i < nq4 + n4 ? (uint2 *)S->knew + (i - nq4)
+                                             : (uint2 *)S->vnew + (i - nq4 - n4));
+        *dst = d;
+    }
     __syncthreads();
+    st_stamp(a, op, 4);
     for (int i = tid; i < G * hd; i += nt) {
         int g = i / hd, d = i % hd;
         S->qf[i] =
-            __fmul_rn(st_rope(S->q + g * hd, d, a.rot, (float)pos, a.inv_freq, a.mscale), a.scale);
+            __fmul_rn(st_rope(S->q + g * hd, d, a.rot, (float)pos, P->invf, a.mscale), a.scale);
     }
     if (tid < G) S->m[tid] = -INFINITY, S->l[tid] = 0.0f;
     float acc[ST_ATT_PER];
@@ -315,19 +520,16 @@ static __device__ void st_att_item(const tk_step_args &a, int layer, int h, int 
     for (int j = 0; j < ST_ATT_PER; j++) acc[j] = 0.0f;
     for (int q0 = p0; q0 < p1; q0 += ST_SPL) {
         int n = min(ST_SPL, p1 - q0);
-        __syncthreads(); /* the previous pass's reads of k / v / s */
-        for (int i = tid; i < 2 * n * (hd / 8); i += nt) {
-            int kv = i / (n * (hd / 8)), r = i % (n * (hd / 8)), p = r / (hd / 8), c = r % (hd / 8);
-            if (q0 + p == pos) continue; /* the new token: below */
-            const bf16 *src = (kv ? vc : kc) + (st_row(a, q0 + p) * a.nkv + h) * hd + 8 * c;
-            st_cp16(kv ? &S->u.kv.v[p][8 * c] : &S->u.kv.k[p][8 * c], src);
+        if (q0 != p0) {
+            __syncthreads(); /* the previous pass's reads of k / v / s */
+            st_kv_issue(a, kc, vc, h, q0, n, pos, S);
         }
         if (pos >= q0 && pos < q0 + n) { /* rope its k, store k and v at its slot */
             int p = pos - q0;
-            int64_t slot = __ldg(a.slot);
+            int64_t slot = P->slot;
             for (int d = tid; d < hd; d += nt) {
                 bf16 kv =
-                    __float2bfloat16(st_rope(S->knew, d, a.rot, (float)pos, a.inv_freq, a.mscale));
+                    __float2bfloat16(st_rope(S->knew, d, a.rot, (float)pos, P->invf, a.mscale));
                 bf16 vv = S->vnew[d];
                 S->u.kv.k[p][d] = kv, S->u.kv.v[p][d] = vv;
                 if (slot >= 0)
@@ -336,6 +538,7 @@ static __device__ void st_att_item(const tk_step_args &a, int layer, int h, int 
         }
         asm volatile("cp.async.wait_all;" ::: "memory");
         __syncthreads();
+        if (q0 == p0) st_stamp(a, op, 5);
         for (int i = tid; i < G * ST_SPL; i += nt) { /* q . k: a thread per (q head, position) */
             int g = i / ST_SPL, p = i % ST_SPL;
             if (p >= n) continue;
@@ -368,8 +571,8 @@ static __device__ void st_att_item(const tk_step_args &a, int layer, int h, int 
             S->s[g][lane] = e0, S->s[g][lane + 32] = e1;
             float sum = tk_warp_sum(e0 + e1);
             if (lane == 0) {
-                float f = mo == -INFINITY ? 0.0f : __expf(mo - mn);
-                S->fac[g] = f, S->l[g] = S->l[g] * f + sum, S->m[g] = mn;
+                float fc = mo == -INFINITY ? 0.0f : __expf(mo - mn);
+                S->fac[g] = fc, S->l[g] = S->l[g] * fc + sum, S->m[g] = mn;
             }
         }
         __syncthreads();
@@ -385,90 +588,124 @@ static __device__ void st_att_item(const tk_step_args &a, int layer, int h, int 
         }
     }
     __syncthreads();
+    st_stamp(a, op, 6);
+    uint4 *out = st_ll(a, layer, a.ll_attn) + h * G * hd / 4;
     if (n_sp == 1) { /* one split: the output directly */
 #pragma unroll
         for (int j = 0; j < ST_ATT_PER; j++) {
             int i = tid + j * nt;
-            if (i >= G * hd) break;
-            int g = i / hd;
-            ST_ATTN_P(a)[(size_t)h * G * hd + i] = __float2bfloat16(acc[j] / S->l[g]);
+            if (j * nt >= G * hd) break; /* warp-uniform: the lanes shuffle */
+            float o = i < G * hd ? acc[j] / S->l[i / hd] : 0.0f;
+            st_put4(out, i, o, i < G * hd, f);
         }
+        st_stamp(a, op, 8);
         return;
     }
+    const int pst = hd + 2; /* a split's partial: per q head hd sums, then m and l */
+    if (sp < n_sp - 1) {
+        uint4 *pl = st_ll(a, layer, a.ll_part) + (size_t)(h * a.max_splits + sp) * G * pst / 2;
+#pragma unroll
+        for (int j = 0; j < ST_ATT_PER; j++) {
+            int i = tid + j * nt;
+            if (j * nt >= G * hd) break;
+            float o = i < G * hd ? acc[j] : 0.0f;
+            float o1 = __shfl_down_sync(0xffffffffu, o, 1);
+            int e = (i / hd) * pst + i % hd;
+            if (i < G * hd && (i & 1) == 0)
+                ll_put(pl + e / 2, __float_as_uint(o), __float_as_uint(o1), f);
+        }
+        if (tid < G)
+            ll_put(pl + (tid * pst + hd) / 2, __float_as_uint(S->m[tid]),
+                   __float_as_uint(S->l[tid]), f);
+        st_stamp(a, op, 7);
+        return;
+    }
+    /* the merge: this split's sums from registers, the others' from their
+     * lines, then the splits in order */
     const int ast = hd + 4;
-    float *ws = a.att_ws + (size_t)(h * a.max_splits + sp) * G * ast;
+    float *ws = S->u.ws;
 #pragma unroll
     for (int j = 0; j < ST_ATT_PER; j++) {
         int i = tid + j * nt;
         if (i >= G * hd) break;
-        ws[(i / hd) * ast + i % hd] = acc[j];
+        ws[(sp * G + i / hd) * ast + i % hd] = acc[j];
     }
-    if (tid < G) ws[tid * ast + hd] = S->m[tid], ws[tid * ast + hd + 1] = S->l[tid];
-    __syncthreads();
-    if (tid == 0) {
-        unsigned old;
-        asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], 1;"
-                     : "=r"(old)
-                     : "l"(a.att_cnt + h)
-                     : "memory");
-        S->last = old == (unsigned)(n_sp - 1);
-        if (S->last) a.att_cnt[h] = 0;
+    if (tid < G)
+        ws[(sp * G + tid) * ast + hd] = S->m[tid], ws[(sp * G + tid) * ast + hd + 1] = S->l[tid];
+    const uint4 *pl0 = st_ll(a, layer, a.ll_part) + (size_t)h * a.max_splits * G * pst / 2;
+    const int per_sp = G * pst / 2;
+    for (int i = tid; i < sp * per_sp; i += nt) {
+        int s2 = i / per_sp, e = 2 * (i % per_sp), g = e / pst, d = e % pst;
+        uint2 v = ll_ready(pl0 + i, ll_load(pl0 + i), f);
+        float *dst = ws + (s2 * G + g) * ast + d;
+        dst[0] = __uint_as_float(v.x), dst[1] = __uint_as_float(v.y);
     }
     __syncthreads();
-    if (!S->last) return;
-    __threadfence(); /* thread 0's acquire, for the block's reads of the other splits */
-    const float *w0 = a.att_ws + (size_t)h * a.max_splits * G * ast;
-    for (int i = tid; i < n_sp * G * ast / 4; i += nt) st_cp16(S->u.ws + 4 * i, w0 + 4 * i);
-    asm volatile("cp.async.wait_all;" ::: "memory");
-    __syncthreads();
-    for (int i = tid; i < G * hd; i += nt) { /* the splits in order */
-        int g = i / hd, d = i % hd;
-        float M = -INFINITY;
-        for (int s2 = 0; s2 < n_sp; s2++) M = fmaxf(M, S->u.ws[(s2 * G + g) * ast + hd]);
-        float L = 0.0f, A = 0.0f;
-        for (int s2 = 0; s2 < n_sp; s2++) {
-            const float *e = S->u.ws + (s2 * G + g) * ast;
-            float f = e[hd] == -INFINITY ? 0.0f : __expf(e[hd] - M);
-            L = fmaf(e[hd + 1], f, L);
-            A = fmaf(e[d], f, A);
+    st_stamp(a, op, 7);
+#pragma unroll
+    for (int j = 0; j < ST_ATT_PER; j++) { /* the splits in order */
+        int i = tid + j * nt;
+        if (j * nt >= G * hd) break;
+        float o = 0.0f;
+        if (i < G * hd) {
+            int g = i / hd, d = i % hd;
+            float M = -INFINITY;
+            for (int s2 = 0; s2 < n_sp; s2++) M = fmaxf(M, ws[(s2 * G + g) * ast + hd]);
+            float L = 0.0f, A = 0.0f;
+            for (int s2 = 0; s2 < n_sp; s2++) {
+                const float *e = ws + (s2 * G + g) * ast;
+                float fc = e[hd] == -INFINITY ? 0.0f : __expf(e[hd] - M);
+                L = fmaf(e[hd + 1], fc, L);
+                A = fmaf(e[d], fc, A);
+            }
+            o = A / L;
         }
-        ST_ATTN_P(a)[(size_t)h * G * hd + i] = __float2bfloat16(A / L);
+        st_put4(out, i, o, i < G * hd, f);
     }
-    __syncthreads(); /* the merge's reads before a next item's copies */
+    st_stamp(a, op, 8);
 }
 
 /* ---------------------------------------------------------------- the tile epilogue */
 
-static __device__ void st_finish(const tk_step_args &a, const tk_step_op &o, int tile,
-                                 const float *parts, int lane)
+/* Tile `tile` (the block's slot-th of the op) from its slices' parts, in
+ * warp order; lane r < 16 holds row r. Every lane calls it (shuffles). */
+static __device__ void st_finish(const tk_step_args &a, const tk_step_op &o, int layer, int tile,
+                                 int slot, const float *parts, const float *stash, uint32_t f,
+                                 int lane)
 {
-    int g = lane >> 2;
-    if ((lane & 3) != 0) return;
-    float s0 = 0.0f, s1 = 0.0f;
-    for (int j = 0; j < (1 << o.lks); j++) s0 += parts[j * 16 + g], s1 += parts[j * 16 + 8 + g];
-    int r0 = tile * 16 + g;
+    /* row lane & 15: lanes < 16 sum the first half of the slices, the
+     * others the second (in order), then the halves */
+    const int ks = 1 << o.lks, h0 = lane < 16 ? 0 : ks / 2, h1 = lane < 16 ? ks / 2 : ks;
+    float v = 0.0f;
+    if (ks == 1)
+        v = lane < 16 ? parts[lane] : 0.0f;
+    else
+        for (int j = h0; j < h1; j++) v += parts[j * 16 + (lane & 15)];
+    v += __shfl_down_sync(0xffffffffu, v, 16);
+    int r = tile * 16 + lane;
     switch (o.kind) {
     case ST_QKV:
-        if (r0 < o.out) ST_QKV_P(a)[r0] = __float2bfloat16(s0);
-        if (r0 + 8 < o.out) ST_QKV_P(a)[r0 + 8] = __float2bfloat16(s1);
+        st_put4(st_ll(a, layer, a.ll_qkv), r, v, lane < 16 && r < o.out, f);
         break;
-    case ST_GU: { /* rows 0-7 gate, 8-15 up of act row 8 tile + g */
-        int r = tile * 8 + g;
-        if (r < a.F) {
-            float gv = __bfloat162float(__float2bfloat16(s0)),
-                  uv = __bfloat162float(__float2bfloat16(s1));
-            ST_ACT_P(a)[r] = __float2bfloat16(gv / (1.0f + __expf(-gv)) * uv);
-        }
+    case ST_GU: { /* rows 0-7 gate, 8-15 up of act row 8 tile + lane */
+        float u = __bfloat162float(__float2bfloat16(__shfl_down_sync(0xffffffffu, v, 8)));
+        float gv = __bfloat162float(__float2bfloat16(v));
+        int ra = tile * 8 + lane;
+        st_put4(st_ll(a, layer, a.ll_act), ra, gv / (1.0f + __expf(-gv)) * u, lane < 8 && ra < a.F,
+                f);
         break;
     }
     case ST_LM:
-        if (r0 < o.out) a.logits[r0] = s0;
-        if (r0 + 8 < o.out) a.logits[r0 + 8] = s1;
+        if (lane < 16 && r < o.out) a.logits[r] = v;
         break;
-    default: /* o, down: the BF16 projection into the residual */
-        if (r0 < o.out) a.res[r0] = __ldcg(a.res + r0) + __bfloat162float(__float2bfloat16(s0));
-        if (r0 + 8 < o.out)
-            a.res[r0 + 8] = __ldcg(a.res + r0 + 8) + __bfloat162float(__float2bfloat16(s1));
+    default: { /* o, down: the BF16 projection added to the residual rows kept by the norm */
+        float nv =
+            lane < 16 ? stash[slot * 16 + lane] + __bfloat162float(__float2bfloat16(v)) : 0.0f;
+        float nv1 = __shfl_down_sync(0xffffffffu, nv, 1);
+        uint4 *dst = st_ll(a, layer, o.kind == ST_O ? a.ll_res_o : a.ll_res_d);
+        if (lane < 16 && (lane & 1) == 0 && r < o.out)
+            ll_put(dst + r / 2, __float_as_uint(nv), __float_as_uint(nv1), f);
+    }
     }
 }
 
@@ -479,11 +716,15 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ __align__(8) uint64_t bars[ST_NW][ST_S];
     __shared__ float red[ST_NW];
+    __shared__ uint32_t flag_s;
+    __shared__ st_consts P;
+    __shared__ __align__(16) float xsum[TK_STEP_MAX_K / 64]; /* x's 64-value group sums */
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     uint4 *ring = (uint4 *)smem + (size_t)warp * ST_S * ST_C * ST_REC;
     bf16 *xs = (bf16 *)(smem + ST_RING_BYTES);
     float *parts = (float *)(smem + ST_RING_BYTES + ST_X_BYTES);
     st_att *att = (st_att *)parts;
+    float *stash = (float *)(smem + ST_RING_BYTES + ST_X_BYTES + ST_REGION_BYTES);
     uint32_t ring0 = tk_smem_u32(ring), bar0 = tk_smem_u32(&bars[warp][0]);
     uint64_t pol;
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
@@ -498,30 +739,46 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
     st_start(c, a.ops, 0, warp);
     uint32_t issued = 0, used = 0;
     if (lane == 0)
-        for (int i = 0; i < ST_S; i++) st_issue(c, a.ops, n_ops, warp, ring0, bar0, issued, pol);
+        for (int i = 0; i < a.depth; i++) st_issue(c, a.ops, n_ops, warp, ring0, bar0, issued, pol);
+    if (threadIdx.x < a.rot / 2) P.invf[threadIdx.x] = a.inv_freq[threadIdx.x];
+    if (threadIdx.x == 0) P.ctx = __ldg(a.seq_len), P.pos = __ldg(a.pos), P.slot = __ldg(a.slot);
+    if (threadIdx.x == 0) /* launches run in stream order, each adds gridDim.x */
+        flag_s = (uint32_t)(atomicAdd(a.epoch, 1ull) / gridDim.x) + 1u;
     const int ctx = __ldg(a.seq_len);
     int spl = ST_SPL * ((ctx + ST_SPL * a.max_splits - 1) / (ST_SPL * a.max_splits));
-    int n_sp = (ctx + spl - 1) / spl, bar_n = 0;
+    int n_sp = (ctx + spl - 1) / spl;
     const uint32_t magic = 0x43004300u;
+    __syncthreads();
     for (int op = 0; op < n_ops; op++) {
         const tk_step_op o = a.ops[op];
-        int layer = op / 4;
-        if (op > 0) st_grid_sync(a.ctr, ++bar_n);
-        if (o.kind == ST_O) { /* the attention, a barrier, then its output as x */
-            for (int it = blockIdx.x; it < a.nkv * n_sp; it += gridDim.x)
-                st_att_item(a, layer, it / n_sp, it % n_sp, n_sp, spl, att);
-            st_grid_sync(a.ctr, ++bar_n);
-            st_load_x(ST_ATTN_P(a), o.in, xs);
+        /* read per op, not held in a register through the GEMV loop */
+        const uint32_t f = *(volatile uint32_t *)&flag_s;
+        int layer = op / 4, prev = layer - (o.kind == ST_QKV || o.kind == ST_LM);
+        __syncthreads(); /* the last op's epilogue is done with parts and stash */
+        st_stamp(a, op, 0);
+        if (o.kind == ST_QKV) st_kv_prefetch(a, layer, n_sp, spl, ctx);
+        if (a.tune & 8) {            /* experiment: no phases (x as it is) */
+        } else if (o.kind == ST_O) { /* the attention, then its output as x */
+            for (int it = blockIdx.x; it < a.nkv * n_sp; it += gridDim.x) {
+                st_att_item(a, &P, op, layer, it / n_sp, it % n_sp, n_sp, spl, att, f);
+                __syncthreads(); /* the item's shared memory before the next */
+            }
+            ll_copy(st_ll(a, layer, a.ll_attn), o.in / 4, f, (uint2 *)xs, xsum);
         } else if (o.kind == ST_DOWN) {
-            st_load_x(ST_ACT_P(a), o.in, xs);
+            ll_copy(st_ll(a, layer, a.ll_act), o.in / 4, f, (uint2 *)xs, xsum);
         } else {
-            st_norm(a.res, (const bf16 *)o.norm_w, o.in, a.eps, xs, red);
+            const uint4 *src =
+                prev < 0 ? NULL : st_ll(a, prev, o.kind == ST_GU ? a.ll_res_o : a.ll_res_d);
+            st_norm(prev < 0 ? a.res : NULL, src, f, o.in, (const bf16 *)o.norm_w, a.eps, xs, xsum,
+                    red, (float2 *)parts, stash, o.kind == ST_LM ? -1 : a.ops[op + 1].lks);
         }
+        __syncthreads();
+        st_stamp(a, op, 1);
         int grp = warp >> o.lks, j = warp & ((1 << o.lks) - 1);
         st_cur k;
         st_start(k, a.ops, op, warp);
         int li = 0;
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float acc[2] = {0.0f, 0.0f};
         for (;;) {
             int64_t r;
             int G;
@@ -531,44 +788,57 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
             uint32_t stg = used % ST_S;
             st_wait(bar0 + 8 * stg, (used / ST_S) & 1u);
             const uint4 *sp = ring + stg * ST_C * ST_REC;
-            if (ng == ST_C) { /* a full chunk: the records' chains interleave */
-                uint4 w[ST_C], xa[ST_C], xb[ST_C];
+            if (a.tune & 16) { /* experiment: no arithmetic */
+                used++;
+                __syncwarp();
+                if (lane == 0) st_issue(c, a.ops, n_ops, warp, ring0, bar0, issued, pol);
+            } else if (ng == ST_C) {
+                /* a full chunk: its records into registers, the stage refilled at
+                 * once, then the records' chains interleave */
+                uint4 w[ST_C];
                 uint2 sb[ST_C];
 #pragma unroll
                 for (int jj = 0; jj < ST_C; jj++) {
                     w[jj] = sp[jj * ST_REC + lane];
                     sb[jj] = ((const uint2 *)(sp + jj * ST_REC + 32))[g];
-                    const uint4 *xp = (const uint4 *)(xs + 64 * (G + jj) + 16 * t);
-                    xa[jj] = xp[0], xb[jj] = xp[1];
                 }
+                used++;
+                __syncwarp();
+                if (lane == 0) st_issue(c, a.ops, n_ops, warp, ring0, bar0, issued, pol);
 #pragma unroll
-                for (int jj = 0; jj < ST_C; jj++)
-                    st_group(w[jj], xa[jj], xb[jj], sb[jj], magic, acc);
+                for (int jj = 0; jj < ST_C; jj++) {
+                    const uint4 *xp = (const uint4 *)(xs + 64 * (G + jj) + 16 * t);
+                    st_group1(w[jj], xp[0], xp[1], sb[jj], xsum[G + jj], magic, acc);
+                }
             } else {
                 for (int jj = 0; jj < ng; jj++) {
                     const uint4 *xp = (const uint4 *)(xs + 64 * (G + jj) + 16 * t);
-                    st_group(sp[jj * ST_REC + lane], xp[0], xp[1],
-                             ((const uint2 *)(sp + jj * ST_REC + 32))[g], magic, acc);
+                    st_group1(sp[jj * ST_REC + lane], xp[0], xp[1],
+                              ((const uint2 *)(sp + jj * ST_REC + 32))[g], xsum[G + jj], magic,
+                              acc);
                 }
+                used++;
+                __syncwarp();
+                if (lane == 0) st_issue(c, a.ops, n_ops, warp, ring0, bar0, issued, pol);
             }
-            used++;
-            __syncwarp();
-            if (lane == 0) st_issue(c, a.ops, n_ops, warp, ring0, bar0, issued, pol);
             if (k.tile != tile) { /* the warp's slice of this tile is done */
                 float *pt = parts + ((grp * ST_LT + li) << o.lks) * 16;
-                if (t == 0) pt[j * 16 + g] = acc[0], pt[j * 16 + 8 + g] = acc[2];
-                acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+                if (t == 0) pt[j * 16 + g] = acc[0], pt[j * 16 + 8 + g] = acc[1];
+                acc[0] = acc[1] = 0.0f;
                 li++;
             }
         }
         __syncthreads(); /* every slice's part is in */
+        st_stamp(a, op, 2);
         int per = ST_NW >> o.lks;
         for (int idx = warp;; idx += ST_NW) { /* the block's tiles, a warp each */
             int gi = idx % per, l2 = idx / per;
             int tile = blockIdx.x * per + gi + l2 * gridDim.x * per;
             if (l2 >= ST_LT || tile >= o.tiles) break;
-            st_finish(a, o, tile, parts + ((gi * ST_LT + l2) << o.lks) * 16, lane);
+            st_finish(a, o, layer, tile, idx, parts + ((gi * ST_LT + l2) << o.lks) * 16, stash, f,
+                      lane);
         }
+        st_stamp(a, op, 3);
     }
 }
 
@@ -584,11 +854,14 @@ extern "C" cudaError_t tk_step_launch(cudaStream_t st, const tk_step_args *a, in
         if (e != cudaSuccess) return e;
         attr_done = dev;
     }
-    e = cudaMemsetAsync(a->ctr, 0, sizeof(unsigned), st);
-    if (e != cudaSuccess) return e;
     void *args[] = {(void *)a};
     return cudaLaunchCooperativeKernel((const void *)k_step, dim3((unsigned)grid), dim3(ST_NW * 32),
                                        args, tk_step_smem_bytes(), st);
+}
+
+extern "C" cudaError_t tk_step_set_spin(unsigned ns)
+{
+    return cudaMemcpyToSymbol(st_spin_ns, &ns, sizeof ns);
 }
 
 extern "C" cudaError_t tk_step_fits(int *blocks_per_sm)

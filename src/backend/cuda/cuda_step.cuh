@@ -54,4 +54,32 @@ static __device__ __forceinline__ void st_group(const uint4 w, const uint4 xa, c
     acc[3] = fmaf(o1, xg[3], fmaf(s1, cg[3], acc[3]));
 }
 
+/* One record into a lane's 2 sums of ONE token (every B column holds it):
+ * rows g (acc[0]) and g + 8 (acc[1]); X is the sum of the group's 64 x
+ * values, computed once per op instead of by a second MMA per k-step
+ * (it is the same for every tile). The 4 k-steps alternate between two
+ * accumulators, so the MMA chain a record waits on is 2 long, not 4. */
+static __device__ __forceinline__ void st_group1(const uint4 w, const uint4 xa, const uint4 xb,
+                                                 uint2 sbv, float X, uint32_t magic, float *acc)
+{
+    float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const uint32_t ww[4] = {w.x, w.y, w.z, w.w};
+    const uint32_t xr[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        uint32_t v = ww[s], a[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;"
+                : "=r"(a[j])
+                : "r"(v >> (4 * j)), "r"(magic));
+        tk_mma_bf16(s & 1 ? c1 : c0, a[0], a[1], a[2], a[3], xr[2 * s], xr[2 * s + 1]);
+    }
+    float s0 = __uint_as_float(sbv.x << 16), s1 = __uint_as_float(sbv.x & 0xffff0000u);
+    float o0 = fmaf(-128.0f, s0, __uint_as_float(sbv.y << 16));
+    float o1 = fmaf(-128.0f, s1, __uint_as_float(sbv.y & 0xffff0000u));
+    acc[0] = fmaf(o0, X, fmaf(s0, c0[0] + c1[0], acc[0]));
+    acc[1] = fmaf(o1, X, fmaf(s1, c0[2] + c1[2], acc[1]));
+}
+
 #endif /* TERN_CUDA_STEP_CUH */

@@ -16,10 +16,12 @@ extern "C" {
 
 #define TK_STEP_MAX_LAYERS 128
 #define TK_STEP_MAX_K      16384 /* widest GEMV input (the down projection's intermediate size) */
+#define TK_STEP_MAX_E      8192  /* hidden size */
 #define TK_STEP_MAX_G      8     /* q heads per kv head */
 #define TK_STEP_MAX_HD     128
 #define TK_STEP_NW         16 /* warps per block, one block per SM */
 #define TK_STEP_LT         32 /* tiles a group of warps takes in one op, at most */
+#define TK_STEP_STAMPS     9  /* stamps per op and block (TERN_CUDA_STEP_STAMPS) */
 
 /* One GEMV of the step: records of (16-row tile, 64-k group), 576 bytes
  * each, tile-major. kind: 0 qkv, 1 o, 2 gate_up, 3 down, 4 lm_head. */
@@ -35,17 +37,27 @@ typedef struct tk_step_args {
     int n_layers, E, F, nq, nkv, hd, rot;
     float eps, scale, mscale;
     const float *inv_freq;
-    float *res; /* [E] F32, in: the token's embedding */
-    void *qkv;  /* BF16 [(nq + 2 nkv) hd] */
-    void *attn; /* BF16 [nq hd] */
-    void *act;  /* BF16 [F] */
+    const float *res; /* [E] F32: the token's embedding */
     float *logits;
     const int32_t *pos, *slot, *seq_len, *btab; /* the batch's first (only) sequence */
     int bs;                                     /* KV block size */
     int max_splits;                             /* attention splits per kv head, at most */
-    float *att_ws;
-    unsigned *att_cnt; /* [nkv], kept at 0 between launches */
-    unsigned *ctr;     /* grid barrier, zeroed by tk_step_launch */
+    /* The LL lines (16 bytes: two data words, each with the launch's flag)
+     * through which the phases hand data on, per layer ll_layer lines:
+     * at ll_qkv the qkv projection (BF16, 4 per line), ll_attn the
+     * attention output (BF16), ll_res_o / ll_res_d the residual after o /
+     * down (F32, 2 per line), ll_act silu(gate) * up (BF16), ll_part the
+     * attention splits' partial sums (F32; nkv x max_splits x G x (hd + 2)). */
+    void *ll;
+    int ll_layer, ll_qkv, ll_attn, ll_res_o, ll_act, ll_res_d, ll_part;
+    unsigned long long *epoch; /* blocks launched so far: the flag is epoch / grid + 1 */
+    /* NULL, or [n_ops][grid][TK_STEP_STAMPS] globaltimer stamps of each
+     * block: the op's start, its x ready, its GEMV done, its epilogue done,
+     * then its attention item's steps (TERN_CUDA_STEP_STAMPS) */
+    unsigned long long *stamps;
+    int depth; /* ring chunks in flight per warp, 1 .. 4 (TERN_CUDA_STEP_DEPTH) */
+    int tune;  /* timing experiments (TERN_CUDA_STEP_TUNE; WRONG logits): 8 skips every
+                * phase (x as it is), 16 every record's arithmetic */
     void *kc[TK_STEP_MAX_LAYERS], *vc[TK_STEP_MAX_LAYERS];
 } tk_step_args;
 
@@ -56,6 +68,22 @@ static inline int64_t tk_step_tiles(int64_t rows, int64_t glu_f)
     return glu_f > 0 ? (glu_f + 7) / 8 : (rows + 15) / 16;
 }
 
+/* The records of a weight in the kernel's order: warp w (block * TK_STEP_NW
+ * + warp) reads its k-th chunk (4 records: its slice of a tile, 4 groups at
+ * a time) from slot k x warps + w, so that at each step the grid reads one
+ * contiguous window (DRAM rows stay open; ~10% of the copy rate in the
+ * labs). Slots without a chunk stay unused. Records to allocate: */
+static inline int64_t tk_step_records(int64_t tiles, int64_t nG, int grid, int lks)
+{
+    int64_t per = TK_STEP_NW >> lks, units = (int64_t)grid * per;
+    int64_t lt = (tiles + units - 1) / units, cps = ((nG >> lks) + 3) / 4;
+    return lt * cps * (int64_t)grid * TK_STEP_NW * 4;
+}
+
+/* The residual rows a block keeps between a norm and the o / down
+ * projection's epilogue (tiles of 16 rows), at most. */
+#define TK_STEP_STASH_TILES 64
+
 /* Dynamic shared memory of the kernel; floats the attention merge can hold
  * (n_splits x G x (hd + 4) must fit). */
 size_t tk_step_smem_bytes(void);
@@ -63,11 +91,16 @@ size_t tk_step_merge_floats(void);
 /* Blocks of the kernel that fit on one SM (0: it cannot run here). */
 cudaError_t tk_step_fits(int *blocks_per_sm);
 /* Repacks an MLX 4-bit group-64 matrix [rows, in] (BF16 scales / biases)
- * into records; glu_f > 0: the gate_up layout, rows [0, glu_f) gate and
- * [glu_f, 2 glu_f) up, tile j = gate rows 8j.. and up rows 8j... rec holds
- * tiles x in / 64 x 576 bytes (tiles = ceil(rows / 16), or ceil(glu_f / 8)). */
+ * into records in the kernel's order for a grid of `grid` blocks and
+ * 1 << lks warps per tile; glu_f > 0: the gate_up layout, rows [0, glu_f)
+ * gate and [glu_f, 2 glu_f) up, tile j = gate rows 8j.. and up rows 8j...
+ * rec holds tk_step_records(tiles, in / 64, grid, lks) x 576 bytes (tiles =
+ * tk_step_tiles(rows, glu_f)). */
 cudaError_t tk_step_repack(cudaStream_t st, const void *q, const void *scales, const void *biases,
-                           int64_t rows, int64_t in, int64_t glu_f, void *rec);
+                           int64_t rows, int64_t in, int64_t glu_f, int grid, int lks, void *rec);
+/* ns between a poller's polls of a line not yet written (default 0: polling
+ * faster measured faster, 0 / 32 / 256 / 1000 ns: 474.7 / 472.2 / 452.2 / 430.2 tok/s). */
+cudaError_t tk_step_set_spin(unsigned ns);
 /* The step on grid blocks (one per SM), cooperatively. */
 cudaError_t tk_step_launch(cudaStream_t st, const tk_step_args *a, int grid);
 
