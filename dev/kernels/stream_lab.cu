@@ -12,6 +12,9 @@
  * nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I src \
  *   dev/kernels/stream_lab.cu -o /tmp/s && /tmp/s
  */
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_step.cuh"
+
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,23 +25,6 @@
 
 #define NW 16
 
-static __device__ __forceinline__ uint32_t smem_u32(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity)
-{
-    uint32_t ok;
-    do {
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
-                     "selp.u32 %0, 1, 0, p; }"
-                     : "=r"(ok)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    } while (!ok);
-}
-
 /* bulk rings: S stages of ch bytes per warp; evict: L2 evict_first hint */
 template <int S>
 static __global__ void __launch_bounds__(NW * 32, 1)
@@ -48,7 +34,7 @@ static __global__ void __launch_bounds__(NW * 32, 1)
     __shared__ __align__(8) uint64_t bars[NW][S];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     long long W = (long long)gridDim.x * NW, w = (long long)blockIdx.x * NW + warp;
-    uint32_t ring0 = smem_u32(smem + (size_t)warp * S * ch), bar0 = smem_u32(&bars[warp][0]);
+    uint32_t ring0 = tk_smem_u32(smem + (size_t)warp * S * ch), bar0 = tk_smem_u32(&bars[warp][0]);
     uint64_t pol;
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
     if (lane == 0) {
@@ -81,7 +67,7 @@ static __global__ void __launch_bounds__(NW * 32, 1)
     unsigned acc = 0;
     for (long long k = w; k < n_chunks; k += W) {
         uint32_t stg = (uint32_t)(used % S);
-        bar_wait(bar0 + 8 * stg, (uint32_t)((used / S) & 1));
+        st_wait(bar0 + 8 * stg, (uint32_t)((used / S) & 1));
         acc ^= ((const unsigned *)(smem + (size_t)warp * S * ch + stg * ch))[lane];
         used++;
         __syncwarp();
@@ -105,9 +91,10 @@ static __global__ void __launch_bounds__(NW * 32, 1)
         if (k_issue < n_chunks) {
             char *dst = ring + (issued % S) * ch;
             for (int o = lane * 16; o < ch; o += 512)
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst + o)),
-                             "l"(src + k_issue * ch + o)
-                             : "memory");
+                asm volatile(
+                    "cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(tk_smem_u32(dst + o)),
+                    "l"(src + k_issue * ch + o)
+                    : "memory");
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
         issued++;
