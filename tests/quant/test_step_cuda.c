@@ -13,6 +13,7 @@
  *     either: BF16 activations, F32 sums);
  *   - the argmax agrees with the op-by-op forward wherever its top-2 gap is
  *     at least TIE;
+ *   - a second run of the same tokens gives bitwise the same logits;
  *   - greedy generation (captured graphs) matches the op-by-op path up to
  *     the first near-tie.
  * Then a wider model the test writes itself (test_step_wide: the 8B's head
@@ -112,6 +113,15 @@ static void test_step_logits(void **state)
     if (!(e_cpu <= CUDA_REL)) fail_msg("step logits vs CPU: rel err %.3e", e_cpu);
     int close = 0, agree = argmax_agree(a, b, V, &close);
     printf("  argmax equal at %d positions (%d near-ties not compared)\n", agree, close);
+    /* deterministic: every sum in a fixed order (tile parts in warp order,
+     * splits merged in split order, no float atomics), so a second run of
+     * the same tokens gives the same bits */
+    float *b2 = tu_model_logits(stp, ids, N_POS, V, 1, 16);
+    size_t diff = 0;
+    for (size_t i = 0; i < (size_t)N_POS * V; i++) diff += memcmp(&b[i], &b2[i], sizeof *b) != 0;
+    if (diff)
+        fail_msg("step logits differ between two runs at %zu of %zu", diff, (size_t)N_POS * V);
+    tern_free(b2);
     /* greedy generation: the decode loop's captured graphs */
     int32_t *ga = tu_model_greedy(ops, ids, 8, 48), *gb = tu_model_greedy(stp, ids, 8, 48);
     int same = 0;
