@@ -32,6 +32,21 @@ static enum tern_status unsupported(const char *why)
     return tern_error(TERN_E_UNSUPPORTED, "decode step kernel: %s", why);
 }
 
+/* The integer in environment variable name, def when unset; out of
+ * [lo, hi] or not a number: def, with a warning naming it. */
+static int env_int(const char *name, int lo, int hi, int def)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    char *end = NULL;
+    long x = strtol(v, &end, 10);
+    if (*end || x < lo || x > hi) {
+        tern_log(TERN_LOG_WARN, "%s=%s ignored: an integer in [%d, %d] expected", name, v, lo, hi);
+        return def;
+    }
+    return (int)x;
+}
+
 /* A 4-bit group-64 linear with BF16 scales and biases, no additive bias,
  * of the given shape. */
 static bool q4_fits(const struct tern_linear *w, int64_t out, int64_t in)
@@ -211,12 +226,16 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
     a->max_splits = max_splits;
     cudaError_t e = cudaMemcpyAsync(p->ops_dev, ops, (size_t)p->n_ops * sizeof *ops,
                                     cudaMemcpyHostToDevice, c->stream);
-    const char *ev = getenv("TERN_CUDA_STEP_DEPTH");
-    a->depth = ev && atoi(ev) >= 1 && atoi(ev) <= 4 ? atoi(ev) : 4;
-    ev = getenv("TERN_CUDA_STEP_SPIN_NS");
-    if (ev) tk_step_set_spin((unsigned)atoi(ev));
-    ev = getenv("TERN_CUDA_STEP_TUNE");
-    a->tune = ev ? atoi(ev) : 0;
+    /* experiments (docs/perf/quant.md): ring depth, poll sleep, timing-only
+     * variants; a value out of range is ignored with a warning */
+    a->depth = env_int("TERN_CUDA_STEP_DEPTH", 1, 4, 4);
+    tk_step_set_spin((unsigned)env_int("TERN_CUDA_STEP_SPIN_NS", 0, 100000, 0));
+    a->tune = env_int("TERN_CUDA_STEP_TUNE", 0, 31, 0);
+    if (a->tune & 24)
+        tern_log(TERN_LOG_WARN,
+                 "decode step kernel: TERN_CUDA_STEP_TUNE=%d gives wrong logits "
+                 "(timing only)",
+                 a->tune);
     if (getenv("TERN_CUDA_STEP_STAMPS")) {
         size_t sb = (size_t)p->n_ops * (size_t)grid * TK_STEP_STAMPS * sizeof *p->stamps;
         if (cudaMalloc((void **)&p->stamps, sb) != cudaSuccess ||
