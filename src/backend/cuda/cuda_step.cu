@@ -277,12 +277,12 @@ static __device__ __forceinline__ uint4 ll_load(const uint4 *p)
     return v;
 }
 
-/* v, loaded from p, once its flags are f: the line's two data words. A
- * line that never comes (a bug) traps after ~2^34 cycles instead of
- * hanging the process. */
 /* ns a poller sleeps between polls of a line (TERN_CUDA_STEP_SPIN_NS) */
 static __constant__ unsigned st_spin_ns = 0;
 
+/* v, loaded from p, once its flags are f: the line's two data words. A
+ * line that never comes (a bug) traps after ~2^34 cycles instead of
+ * hanging the process. */
 static __device__ __forceinline__ uint2 ll_ready(const uint4 *p, uint4 v, uint32_t f)
 {
     if (v.y != f || v.w != f) {
@@ -298,10 +298,11 @@ static __device__ __forceinline__ uint2 ll_ready(const uint4 *p, uint4 v, uint32
 
 #define ST_LLB 4 /* LL loads a thread has in flight before it waits on any */
 
-/* Lines [0, n) of src (BF16, 4 per line) as data words into dst (uint2 per
- * line), by the whole block; ST_LLB loads in flight per thread before any
- * wait (each wait is an L2 round trip: ~1 us under the weight stream). xsum (n % 16 == 0): each
- * 64-value group's sum (16 lines, a half-warp) for the GEMV. */
+/* Lines [0, n) of src as data words into dst (uint2 per line), by the
+ * whole block; ST_LLB loads in flight per thread before any wait (each
+ * wait is an L2 round trip: ~1 us under the weight stream). xsum (BF16
+ * lines, 4 values each, n % 16 == 0): each 64-value group's sum (16 lines,
+ * a half-warp) for the GEMV; NULL for the residual's F32 pairs. */
 static __device__ void ll_copy(const uint4 *src, int n, uint32_t f, uint2 *dst, float *xsum)
 {
     const int nt = ST_NW * 32;
@@ -318,28 +319,13 @@ static __device__ void ll_copy(const uint4 *src, int n, uint32_t f, uint2 *dst, 
             if (base + j * nt >= n) break;
             uint2 d = make_uint2(0u, 0u);
             if (i < n) dst[i] = d = ll_ready(src + i, v[j], f);
+            if (!xsum) continue;
             float p = (__uint_as_float(d.x << 16) + __uint_as_float(d.x & 0xffff0000u)) +
                       (__uint_as_float(d.y << 16) + __uint_as_float(d.y & 0xffff0000u));
 #pragma unroll
             for (int m = 8; m >= 1; m >>= 1) p += __shfl_xor_sync(0xffffffffu, p, m);
             if (i < n && (threadIdx.x & 15) == 0) xsum[i / 16] = p;
         }
-    }
-}
-
-/* Lines [0, n) of src as data words into dst, by the whole block (the
- * residual's F32 pairs for the norm). */
-static __device__ void ll_stage(const uint4 *src, int n, uint32_t f, uint2 *dst)
-{
-    const int nt = ST_NW * 32;
-    for (int i0 = threadIdx.x; i0 < n; i0 += ST_LLB * nt) {
-        uint4 v[ST_LLB];
-#pragma unroll
-        for (int j = 0; j < ST_LLB; j++)
-            if (i0 + j * nt < n) v[j] = ll_load(src + i0 + j * nt);
-#pragma unroll
-        for (int j = 0; j < ST_LLB; j++)
-            if (i0 + j * nt < n) dst[i0 + j * nt] = ll_ready(src + i0 + j * nt, v[j], f);
     }
 }
 
@@ -383,7 +369,7 @@ static __device__ void st_norm(const float *plain, const uint4 *ll, uint32_t f, 
     if (plain)
         for (int i = threadIdx.x; i < nl; i += nt) stage[i] = __ldcg((const float2 *)plain + i);
     else
-        ll_stage(ll, nl, f, (uint2 *)stage);
+        ll_copy(ll, nl, f, (uint2 *)stage, NULL);
     float ss = 0.0f;
     for (int i = threadIdx.x; i < nl; i += nt) {
         float2 v = stage[i];
