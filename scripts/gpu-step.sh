@@ -4,6 +4,9 @@
 # `tern bench` (batch 1, prompt 512 + 64 new) with the kernel as it is (its
 # per-block stamps summarised by scripts/step-stamps.py), op by op, and the
 # timing-only variants (no phases, no arithmetic), or GPU_STEP_VARIANTS.
+# GPU_STEP_B=DIR: a second carry (another build, e.g. the base of a change)
+# benched on the same model, interleaved with this one (A B A B: calls
+# move a few percent, builds compared in one call do not).
 # Everything comes back as one archive, $OUT/step.tar.xz.
 # Build first (here): TERN_GPU_BUILD=build/lead-gpu TERN_GPU_CARRY=.gpu-carry/step \
 #   TERN_GPU_EXTRA="test_step_cuda" scripts/gpu-decode-prebuild.sh
@@ -16,9 +19,25 @@ export TERN_GPU_CARRY=${TERN_GPU_CARRY:-.gpu-carry/step}
 export GPU_CHECK_TESTS="test_step_cuda ${GPU_STEP_TESTS:-}"
 export GPU_CHECK_BATCHED=0 GPU_CHECK_MODELS="q4:/tmp/tern-llama8b-q4"
 export GPU_CHECK_Q4_KERNELS="TERN_CUDA_STEP_STAMPS=$OUT/stamps.csv ${GPU_STEP_VARIANTS-TERN_CUDA_STEP=0 TERN_CUDA_STEP_TUNE=8 TERN_CUDA_STEP_TUNE=16}"
+[ -n "${GPU_STEP_B:-}" ] && export GPU_CHECK_KEEP=1
 OUT=$OUT bash scripts/gpu-check.sh >"$OUT/check.txt" 2>&1
+if [ -n "${GPU_STEP_B:-}" ]; then
+  ab_bench() { # carry dir $1 unpacked into $2, label $3
+    (C=$2 && . scripts/gpu-carry.sh && carry_unpack "$1" &&
+      cr timeout 60 $C/tern bench --model /tmp/tern-llama8b-q4 --device cuda --prompt-len 512 \
+        --gen 64 --reps 3 --json >"$OUT/ab_$3.json" 2>"$OUT/ab_$3.err")
+    python3 -c "import json,sys; j=json.load(open(sys.argv[1])); f=float(open(sys.argv[2]).read())*1e9/j['decode_bytes']; print('%s %.1f tok/s (%.1f%% of %.1f)' % (sys.argv[3], j['decode_tok_s'], 100*j['decode_tok_s']/f, f))" \
+      "$OUT/ab_$3.json" "$OUT/copy_rate.txt" "$3" >>"$OUT/ab.txt" 2>&1
+  }
+  for r in 1 2; do
+    ab_bench "$TERN_GPU_CARRY" /tmp/tern-carry "A$r"
+    ab_bench "$GPU_STEP_B" /tmp/tern-carry-b "B$r"
+  done
+  rm -rf /tmp/tern-llama8b /tmp/tern-llama8b-q4
+fi
 grep -E "binaries|rc=[^0]|FAILED|copy rate|^single" "$OUT/check.txt"
 grep -h "step vs\|wide model\|differ" "$OUT/test_step_cuda.log" 2>/dev/null
+[ -f "$OUT/ab.txt" ] && echo "A = $TERN_GPU_CARRY, B = ${GPU_STEP_B:-}:" && cat "$OUT/ab.txt"
 echo "(TUNE=8: no phases, TUNE=16: no arithmetic; both give wrong logits, timing only)"
 [ -f "$OUT/stamps.csv" ] && python3 scripts/step-stamps.py "$OUT/stamps.csv" | tee "$OUT/stamps.txt"
-(cd "$OUT" && tar cJf step.tar.xz --exclude=step.tar.xz . && find . -type f ! -name step.tar.xz -delete)
+tar cJf /tmp/step.tar.xz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/step.tar.xz "$OUT/"

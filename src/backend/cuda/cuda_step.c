@@ -230,8 +230,8 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
      * variants; a value out of range is ignored with a warning */
     a->depth = env_int("TERN_CUDA_STEP_DEPTH", 1, 4, 4);
     tk_step_set_spin((unsigned)env_int("TERN_CUDA_STEP_SPIN_NS", 0, 100000, 0));
-    a->tune = env_int("TERN_CUDA_STEP_TUNE", 0, 31, 0);
-    if (a->tune & 24)
+    a->tune = env_int("TERN_CUDA_STEP_TUNE", 0, 255, 0);
+    if (a->tune & 152)
         tern_log(TERN_LOG_WARN,
                  "decode step kernel: TERN_CUDA_STEP_TUNE=%d gives wrong logits "
                  "(timing only)",

@@ -78,11 +78,12 @@ struct st_att {
 };
 
 /* The step's constants, read once per launch into shared memory (a
- * global load after the q arrives would be one more L2 round trip). */
+ * global load after the q arrives would be one more L2 round trip), and
+ * the RoPE rotation of its position (the same in every layer). */
 struct st_consts {
     int ctx, pos;
     int64_t slot;
-    float invf[TK_STEP_MAX_HD / 2];
+    float cos[TK_STEP_MAX_HD / 2], sin[TK_STEP_MAX_HD / 2];
 };
 
 #define ST_PARTS_BYTES  (ST_NW * ST_LT * 16 * 4)
@@ -164,45 +165,52 @@ extern "C" cudaError_t tk_step_repack(cudaStream_t st, const void *q, const void
 /* ---------------------------------------------------------------- the weight stream */
 
 /* A warp's place in the stream: op, tile, chunk offset c (in groups) in
- * its slice of the tile; the op's per-warp constants cached. */
+ * its slice of the tile, the address of its next chunk (the issuer's); the
+ * op's per-warp constants cached. */
 struct st_cur {
-    const uint4 *rec;
-    int op, tile, c, len, tstride, G0, step, tiles;
+    const char *src;
+    int op, tile, c, len, tstride, G0, tiles;
 };
+
+/* Bytes between a warp's consecutive chunks (tk_step_records' order). */
+static __device__ __forceinline__ size_t st_stride(void)
+{
+    return (size_t)gridDim.x * ST_NW * ST_C * ST_REC * 16;
+}
 
 static __device__ __forceinline__ void st_start(st_cur &k, const tk_step_op *ops, int op, int warp)
 {
     const tk_step_op &o = ops[op];
     int per = ST_NW >> o.lks;
-    k.op = op, k.c = 0, k.rec = (const uint4 *)o.rec, k.step = 0, k.tiles = o.tiles;
+    k.op = op, k.c = 0, k.tiles = o.tiles;
+    k.src = (const char *)o.rec + (size_t)(blockIdx.x * ST_NW + warp) * ST_C * ST_REC * 16;
     k.tile = blockIdx.x * per + (warp >> o.lks);
     k.tstride = gridDim.x * per;
     k.len = o.nG >> o.lks;
     k.G0 = (warp & ((1 << o.lks) - 1)) * k.len;
 }
 
-/* The chunk at k (records r .. r + n, first group G), 0 when the warp's
- * share of the op is done; k steps past it. */
-static __device__ __forceinline__ int st_next(st_cur &k, int64_t &r, int &G)
+/* The chunk at k (n records, first group G), 0 when the warp's share of the
+ * op is done; k steps past it. */
+static __device__ __forceinline__ int st_next(st_cur &k, int &G)
 {
     if (k.tile >= k.tiles) return 0;
     G = k.G0 + k.c;
-    r = ((int64_t)k.step * (gridDim.x * ST_NW) + blockIdx.x * ST_NW + (threadIdx.x >> 5)) * ST_C;
     int n = min(ST_C, k.len - k.c);
-    k.c += ST_C, k.step++;
+    k.c += ST_C;
     if (k.c >= k.len) k.c = 0, k.tile += k.tstride;
     return n;
 }
 
-/* The warp's next chunk across ops (n records from rec), 0 after the last
- * op; c steps past it. */
+/* The warp's next chunk across ops (n records at src), 0 after the last
+ * op; c steps past it. Every lane runs it (no divergent section in the
+ * GEMV loop), after the chunk's arithmetic is issued. */
 static __device__ __forceinline__ int st_advance(st_cur &c, const tk_step_op *ops, int n_ops,
-                                                 int warp, const uint4 *&rec)
+                                                 int warp, const char *&src)
 {
     while (c.op < n_ops) {
-        int64_t r;
         int G;
-        int n = st_next(c, r, G);
+        int n = st_next(c, G);
         if (n == 0) {
             if (c.op + 1 < n_ops)
                 st_start(c, ops, c.op + 1, warp);
@@ -210,20 +218,18 @@ static __device__ __forceinline__ int st_advance(st_cur &c, const tk_step_op *op
                 c.op++;
             continue;
         }
-        rec = c.rec + r * ST_REC;
+        src = c.src;
+        c.src += st_stride();
         return n;
     }
     return 0;
 }
 
-/* Lane 0: the warp's next chunk (across ops) into stage issued % ST_S. */
-static __device__ __forceinline__ void st_issue(st_cur &c, const tk_step_op *ops, int n_ops,
-                                                int warp, uint32_t ring0, uint32_t bar0,
-                                                uint32_t &issued, uint64_t pol)
+/* Lane 0: n records at src into stage `issued % ST_S` (the address work
+ * was done ahead by st_advance). */
+static __device__ __forceinline__ void st_issue(const char *src, int n, uint32_t ring0,
+                                                uint32_t bar0, uint32_t issued, uint64_t pol)
 {
-    const uint4 *src;
-    int n = st_advance(c, ops, n_ops, warp, src);
-    if (n == 0) return;
     uint32_t stg = issued % ST_S;
     uint32_t dst = ring0 + stg * ST_C * ST_REC * 16, bar = bar0 + 8 * stg;
     uint32_t bytes = (uint32_t)n * ST_REC * 16;
@@ -233,7 +239,6 @@ static __device__ __forceinline__ void st_issue(st_cur &c, const tk_step_op *ops
                  "[%0], [%1], %2, [%3], %4;" ::"r"(dst),
                  "l"(src), "r"(bytes), "r"(bar), "l"(pol)
                  : "memory");
-    issued++;
 }
 
 /* Stamp k of (op, block) when a.stamps is set (TERN_CUDA_STEP_STAMPS): 0-3
@@ -297,10 +302,46 @@ static __device__ __forceinline__ uint2 ll_ready(const uint4 *p, uint4 v, uint32
 }
 
 #define ST_LLB 4 /* LL loads a thread has in flight before it waits on any */
+#define ST_LLM 8 /* the same for the attention merge's partial sums */
+
+/* Lines base + threadIdx.x + j x (block size), j < N, below n, of src
+ * into v once each carries flag f. Every line's load is in flight at once
+ * and each round polls again every line not yet ready: a batch costs one
+ * L2 round trip per round. (Waiting on them one at a time costs a round
+ * trip per line whose first load came too early, up to ST_LLB in a row:
+ * 488.2 against 511.9 tok/s in one call, docs/perf/quant.md.)
+ * A line that never comes (a bug) traps after ~2^34 cycles. */
+template <int N = ST_LLB>
+static __device__ __forceinline__ void ll_gather(const uint4 *src, int base, int n, uint32_t f,
+                                                 uint4 *v)
+{
+    const int nt = ST_NW * 32;
+    unsigned pend = 0;
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+        int i = base + threadIdx.x + j * nt;
+        v[j] = make_uint4(0u, 0u, 0u, 0u);
+        if (i < n) v[j] = ll_load(src + i), pend |= 1u << j;
+    }
+    long long t0 = 0;
+    for (int round = 0;; round++) {
+#pragma unroll
+        for (int j = 0; j < N; j++)
+            if ((pend >> j & 1) && v[j].y == f && v[j].w == f) pend &= ~(1u << j);
+        if (!pend) return;
+        if (round == 0)
+            t0 = clock64();
+        else if (clock64() - t0 > (1ll << 34))
+            __trap();
+        __nanosleep(st_spin_ns);
+#pragma unroll
+        for (int j = 0; j < N; j++)
+            if (pend >> j & 1) v[j] = ll_load(src + base + threadIdx.x + j * nt);
+    }
+}
 
 /* Lines [0, n) of src as data words into dst (uint2 per line), by the
- * whole block; ST_LLB loads in flight per thread before any wait (each
- * wait is an L2 round trip: ~1 us under the weight stream). xsum (BF16
+ * whole block, ST_LLB lines per thread at a time (ll_gather). xsum (BF16
  * lines, 4 values each, n % 16 == 0): each 64-value group's sum (16 lines,
  * a half-warp) for the GEMV; NULL for the residual's F32 pairs. */
 static __device__ void ll_copy(const uint4 *src, int n, uint32_t f, uint2 *dst, float *xsum)
@@ -308,17 +349,13 @@ static __device__ void ll_copy(const uint4 *src, int n, uint32_t f, uint2 *dst, 
     const int nt = ST_NW * 32;
     for (int base = 0; base < n; base += ST_LLB * nt) { /* block-uniform: the lanes shuffle */
         uint4 v[ST_LLB];
-#pragma unroll
-        for (int j = 0; j < ST_LLB; j++) {
-            int i = base + threadIdx.x + j * nt;
-            if (i < n) v[j] = ll_load(src + i);
-        }
+        ll_gather(src, base, n, f, v);
 #pragma unroll
         for (int j = 0; j < ST_LLB; j++) {
             int i = base + threadIdx.x + j * nt;
             if (base + j * nt >= n) break;
-            uint2 d = make_uint2(0u, 0u);
-            if (i < n) dst[i] = d = ll_ready(src + i, v[j], f);
+            uint2 d = make_uint2(v[j].x, v[j].z);
+            if (i < n) dst[i] = d;
             if (!xsum) continue;
             float p = (__uint_as_float(d.x << 16) + __uint_as_float(d.x & 0xffff0000u)) +
                       (__uint_as_float(d.y << 16) + __uint_as_float(d.y & 0xffff0000u));
@@ -399,17 +436,15 @@ static __device__ void st_norm(const float *plain, const uint4 *ll, uint32_t f, 
     }
 }
 
-/* Head h's value i (of hd) after RoPE at position pos, from raw bf16 x in
+/* Head h's value i (of hd) after RoPE (P's rotation), from raw bf16 x in
  * shared memory: halves layout (pairs i, i + rot / 2), dims >= rot as they
  * are; rounded to bf16 like the op-by-op path's qk_rope_store. */
-static __device__ __forceinline__ float st_rope(const bf16 *x, int i, int rot, float pos,
-                                                const float *inv_freq, float mscale)
+static __device__ __forceinline__ float st_rope(const bf16 *x, int i, int rot, const st_consts *P)
 {
     int half = rot / 2;
     if (i >= rot) return __bfloat162float(x[i]);
     int j = i < half ? i : i - half;
-    float c, s;
-    tk_rope_cs(pos, inv_freq[j], mscale, c, s);
+    float c = P->cos[j], s = P->sin[j];
     float x1 = __bfloat162float(x[j]), x2 = __bfloat162float(x[j + half]);
     tk_rope_pair<bf16>(x1, x2, c, s);
     return i < half ? x1 : x2;
@@ -497,8 +532,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
     st_stamp(a, op, 4);
     for (int i = tid; i < G * hd; i += nt) {
         int g = i / hd, d = i % hd;
-        S->qf[i] =
-            __fmul_rn(st_rope(S->q + g * hd, d, a.rot, (float)pos, P->invf, a.mscale), a.scale);
+        S->qf[i] = __fmul_rn(st_rope(S->q + g * hd, d, a.rot, P), a.scale);
     }
     if (tid < G) S->m[tid] = -INFINITY, S->l[tid] = 0.0f;
     float acc[ST_ATT_PER];
@@ -514,8 +548,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
             int p = pos - q0;
             int64_t slot = P->slot;
             for (int d = tid; d < hd; d += nt) {
-                bf16 kv =
-                    __float2bfloat16(st_rope(S->knew, d, a.rot, (float)pos, P->invf, a.mscale));
+                bf16 kv = __float2bfloat16(st_rope(S->knew, d, a.rot, P));
                 bf16 vv = S->vnew[d];
                 S->u.kv.k[p][d] = kv, S->u.kv.v[p][d] = vv;
                 if (slot >= 0)
@@ -620,14 +653,32 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         ws[(sp * G + tid) * ast + hd] = S->m[tid], ws[(sp * G + tid) * ast + hd + 1] = S->l[tid];
     const uint4 *pl0 = st_ll(a, layer, a.ll_part) + (size_t)h * a.max_splits * G * pst / 2;
     const int per_sp = G * pst / 2;
-    for (int i = tid; i < sp * per_sp; i += nt) {
-        int s2 = i / per_sp, e = 2 * (i % per_sp), g = e / pst, d = e % pst;
-        uint2 v = ll_ready(pl0 + i, ll_load(pl0 + i), f);
-        float *dst = ws + (s2 * G + g) * ast + d;
-        dst[0] = __uint_as_float(v.x), dst[1] = __uint_as_float(v.y);
+    for (int base = 0; base < sp * per_sp; base += ST_LLM * nt) { /* one round for 9 splits */
+        uint4 v[ST_LLM];
+        ll_gather<ST_LLM>(pl0, base, sp * per_sp, f, v);
+#pragma unroll
+        for (int j = 0; j < ST_LLM; j++) {
+            int i = base + tid + j * nt;
+            if (i >= sp * per_sp) break;
+            int s2 = i / per_sp, e = 2 * (i % per_sp), g = e / pst, d = e % pst;
+            float *dst = ws + (s2 * G + g) * ast + d;
+            dst[0] = __uint_as_float(v[j].x), dst[1] = __uint_as_float(v[j].z);
+        }
     }
     __syncthreads();
     st_stamp(a, op, 7);
+    if (tid < G) { /* per q head, in split order: each split's factor (at hd + 2), the total */
+        float M = -INFINITY, L = 0.0f;
+        for (int s2 = 0; s2 < n_sp; s2++) M = fmaxf(M, ws[(s2 * G + tid) * ast + hd]);
+        for (int s2 = 0; s2 < n_sp; s2++) {
+            float *e = ws + (s2 * G + tid) * ast;
+            float fc = e[hd] == -INFINITY ? 0.0f : __expf(e[hd] - M);
+            e[hd + 2] = fc;
+            L = fmaf(e[hd + 1], fc, L);
+        }
+        S->fac[tid] = L;
+    }
+    __syncthreads();
 #pragma unroll
     for (int j = 0; j < ST_ATT_PER; j++) { /* the splits in order */
         int i = tid + j * nt;
@@ -635,16 +686,12 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         float o = 0.0f;
         if (i < G * hd) {
             int g = i / hd, d = i % hd;
-            float M = -INFINITY;
-            for (int s2 = 0; s2 < n_sp; s2++) M = fmaxf(M, ws[(s2 * G + g) * ast + hd]);
-            float L = 0.0f, A = 0.0f;
+            float A = 0.0f;
             for (int s2 = 0; s2 < n_sp; s2++) {
                 const float *e = ws + (s2 * G + g) * ast;
-                float fc = e[hd] == -INFINITY ? 0.0f : __expf(e[hd] - M);
-                L = fmaf(e[hd + 1], fc, L);
-                A = fmaf(e[d], fc, A);
+                A = fmaf(e[d], e[hd + 2], A);
             }
-            o = A / L;
+            o = A / S->fac[g];
         }
         st_put4(out, i, o, i < G * hd, f);
     }
@@ -724,9 +771,16 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
     st_cur c;
     st_start(c, a.ops, 0, warp);
     uint32_t issued = 0, used = 0;
-    if (lane == 0)
-        for (int i = 0; i < a.depth; i++) st_issue(c, a.ops, n_ops, warp, ring0, bar0, issued, pol);
-    if (threadIdx.x < a.rot / 2) P.invf[threadIdx.x] = a.inv_freq[threadIdx.x];
+    const char *nsrc = NULL; /* the next chunk to issue: nn records at nsrc */
+    int nn = a.tune & 128 ? 0 : st_advance(c, a.ops, n_ops, warp, nsrc);
+    for (int i = 0; i < a.depth && nn; i++) {
+        if (lane == 0) st_issue(nsrc, nn, ring0, bar0, issued, pol);
+        issued++;
+        nn = st_advance(c, a.ops, n_ops, warp, nsrc);
+    }
+    if (threadIdx.x < a.rot / 2)
+        tk_rope_cs((float)__ldg(a.pos), a.inv_freq[threadIdx.x], a.mscale, P.cos[threadIdx.x],
+                   P.sin[threadIdx.x]);
     if (threadIdx.x == 0) P.ctx = __ldg(a.seq_len), P.pos = __ldg(a.pos), P.slot = __ldg(a.slot);
     if (threadIdx.x == 0) /* launches run in stream order, each adds gridDim.x */
         flag_s = (uint32_t)(atomicAdd(a.epoch, 1ull) / gridDim.x) + 1u;
@@ -766,18 +820,18 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         int li = 0;
         float acc[2] = {0.0f, 0.0f};
         for (;;) {
-            int64_t r;
             int G;
             int tile = k.tile;
-            int ng = st_next(k, r, G);
+            int ng = st_next(k, G);
             if (ng == 0) break;
             uint32_t stg = used % ST_S;
-            st_wait(bar0 + 8 * stg, (used / ST_S) & 1u);
+            if (!(a.tune & 128)) st_wait(bar0 + 8 * stg, (used / ST_S) & 1u);
             const uint4 *sp = ring + stg * ST_C * ST_REC;
+            const bool refill = nn != 0;
             if (a.tune & 16) { /* experiment: no arithmetic */
                 used++;
                 __syncwarp();
-                if (lane == 0) st_issue(c, a.ops, n_ops, warp, ring0, bar0, issued, pol);
+                if (refill && lane == 0) st_issue(nsrc, nn, ring0, bar0, issued, pol);
             } else if (ng == ST_C) {
                 /* a full chunk: its records into registers, the stage refilled at
                  * once, then the records' chains interleave */
@@ -790,7 +844,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
                 }
                 used++;
                 __syncwarp();
-                if (lane == 0) st_issue(c, a.ops, n_ops, warp, ring0, bar0, issued, pol);
+                if (refill && lane == 0) st_issue(nsrc, nn, ring0, bar0, issued, pol);
 #pragma unroll
                 for (int jj = 0; jj < ST_C; jj++) {
                     const uint4 *xp = (const uint4 *)(xs + 64 * (G + jj) + 16 * t);
@@ -805,8 +859,10 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
                 }
                 used++;
                 __syncwarp();
-                if (lane == 0) st_issue(c, a.ops, n_ops, warp, ring0, bar0, issued, pol);
+                if (refill && lane == 0) st_issue(nsrc, nn, ring0, bar0, issued, pol);
             }
+            if (refill) /* the chunk after: its address work behind the arithmetic */
+                issued++, nn = st_advance(c, a.ops, n_ops, warp, nsrc);
             if (k.tile != tile) { /* the warp's slice of this tile is done */
                 float *pt = parts + ((grp * ST_LT + li) << o.lks) * 16;
                 if (t == 0) pt[j * 16 + g] = acc[0], pt[j * 16 + 8 + g] = acc[1];

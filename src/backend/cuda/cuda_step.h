@@ -57,7 +57,8 @@ typedef struct tk_step_args {
     unsigned long long *stamps;
     int depth; /* ring chunks in flight per warp, 1 .. 4 (TERN_CUDA_STEP_DEPTH) */
     int tune;  /* timing experiments (TERN_CUDA_STEP_TUNE; WRONG logits): 8 skips every
-                * phase (x as it is), 16 every record's arithmetic */
+                * phase (x as it is), 16 every record's arithmetic, 128 the
+                * weight stream (the arithmetic on what the rings hold) */
     void *kc[TK_STEP_MAX_LAYERS], *vc[TK_STEP_MAX_LAYERS];
 } tk_step_args;
 
