@@ -20,6 +20,10 @@ export GPU_CHECK_TESTS="test_step_cuda ${GPU_STEP_TESTS:-}"
 export GPU_CHECK_BATCHED=0 GPU_CHECK_MODELS="q4:/tmp/tern-llama8b-q4"
 export GPU_CHECK_Q4_KERNELS="TERN_CUDA_STEP_STAMPS=$OUT/stamps.csv ${GPU_STEP_VARIANTS-TERN_CUDA_STEP=0 TERN_CUDA_STEP_TUNE=8 TERN_CUDA_STEP_TUNE=16}"
 [ -n "${GPU_STEP_B:-}" ] && export GPU_CHECK_KEEP=1
+# the SM / memory clocks and power every 100 ms meanwhile (is the SM at its boost clock?)
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv \
+  -lms 100 >"$OUT/smi.csv" 2>/dev/null &
+SMI=$!
 OUT=$OUT bash scripts/gpu-check.sh >"$OUT/check.txt" 2>&1
 if [ -n "${GPU_STEP_B:-}" ]; then
   ab_bench() { # carry dir $1 unpacked into $2, label $3
@@ -35,7 +39,18 @@ if [ -n "${GPU_STEP_B:-}" ]; then
   done
   rm -rf /tmp/tern-llama8b /tmp/tern-llama8b-q4
 fi
+kill $SMI 2>/dev/null
 grep -E "binaries|rc=[^0]|FAILED|copy rate|^single" "$OUT/check.txt"
+python3 - "$OUT/smi.csv" <<'PY'
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1]))][1:]
+busy = [(float(r[1].split()[0]), float(r[3].split()[0])) for r in rows
+        if len(r) > 3 and float(r[3].split()[0]) > 250.0]  # samples under load (> 250 W)
+if busy:
+    sm = sorted(b[0] for b in busy); pw = sorted(b[1] for b in busy)
+    print("under load (%d samples > 250 W): SM clock median %.0f MHz (min %.0f), power median %.0f W (max %.0f)"
+          % (len(busy), sm[len(sm) // 2], sm[0], pw[len(pw) // 2], pw[-1]))
+PY
 grep -h "step vs\|wide model\|differ" "$OUT/test_step_cuda.log" 2>/dev/null
 [ -f "$OUT/ab.txt" ] && echo "A = $TERN_GPU_CARRY, B = ${GPU_STEP_B:-}:" && cat "$OUT/ab.txt"
 echo "(TUNE=8: no phases, TUNE=16: no arithmetic; both give wrong logits, timing only)"
