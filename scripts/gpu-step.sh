@@ -6,7 +6,8 @@
 # timing-only variants (no phases, no arithmetic), or GPU_STEP_VARIANTS.
 # GPU_STEP_B=DIR: a second carry (another build, e.g. the base of a change)
 # benched on the same model, interleaved with this one (A B A B: calls
-# move a few percent, builds compared in one call do not).
+# move a few percent, builds compared in one call do not); GPU_STEP_AB_ENVS="A=1
+# B=2+C=3": both builds once more under each of those settings.
 # Everything comes back as one archive, $OUT/step.tar.xz.
 # Build first (here): TERN_GPU_BUILD=build/lead-gpu TERN_GPU_CARRY=.gpu-carry/step \
 #   TERN_GPU_EXTRA="test_step_cuda" scripts/gpu-decode-prebuild.sh
@@ -26,9 +27,9 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu
 SMI=$!
 OUT=$OUT bash scripts/gpu-check.sh >"$OUT/check.txt" 2>&1
 if [ -n "${GPU_STEP_B:-}" ]; then
-  ab_bench() { # carry dir $1 unpacked into $2, label $3
+  ab_bench() { # carry dir $1 unpacked into $2, label $3, settings $4 (NAME=value[+...])
     (C=$2 && . scripts/gpu-carry.sh && carry_unpack "$1" &&
-      cr timeout 60 $C/tern bench --model /tmp/tern-llama8b-q4 --device cuda --prompt-len 512 \
+      cr timeout 60 env $(echo "${4:-}" | tr '+' ' ') $C/tern bench --model /tmp/tern-llama8b-q4 --device cuda --prompt-len 512 \
         --gen 64 --reps 3 --json >"$OUT/ab_$3.json" 2>"$OUT/ab_$3.err")
     python3 -c "import json,sys; j=json.load(open(sys.argv[1])); f=float(open(sys.argv[2]).read())*1e9/j['decode_bytes']; print('%s %.1f tok/s (%.1f%% of %.1f)' % (sys.argv[3], j['decode_tok_s'], 100*j['decode_tok_s']/f, f))" \
       "$OUT/ab_$3.json" "$OUT/copy_rate.txt" "$3" >>"$OUT/ab.txt" 2>&1
@@ -36,6 +37,10 @@ if [ -n "${GPU_STEP_B:-}" ]; then
   for r in 1 2; do
     ab_bench "$TERN_GPU_CARRY" /tmp/tern-carry "A$r"
     ab_bench "$GPU_STEP_B" /tmp/tern-carry-b "B$r"
+  done
+  for e in ${GPU_STEP_AB_ENVS:-}; do # both builds once more under each setting
+    ab_bench "$TERN_GPU_CARRY" /tmp/tern-carry "A:$e" "$e"
+    ab_bench "$GPU_STEP_B" /tmp/tern-carry-b "B:$e" "$e"
   done
   rm -rf /tmp/tern-llama8b /tmp/tern-llama8b-q4
 fi
