@@ -37,28 +37,23 @@ static __global__ void __launch_bounds__(NW * 32, 1)
     uint32_t ring0 = tk_smem_u32(smem + (size_t)warp * S * ch), bar0 = tk_smem_u32(&bars[warp][0]);
     uint64_t pol;
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-    if (lane == 0) {
-        for (int i = 0; i < S; i++)
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0 + 8 * i));
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    if (lane == 0) st_ring_init(bar0, S);
     __syncwarp();
     long long issued = 0, used = 0, k_issue = w;
     auto issue = [&]() {
         if (k_issue >= n_chunks) return;
         uint32_t stg = (uint32_t)(issued % S), dst = ring0 + stg * ch, bar = bar0 + 8 * stg;
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(ch)
-                     : "memory");
         if (evict)
-            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::"
-                         "cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(dst),
-                         "l"(src + k_issue * ch), "r"(ch), "r"(bar), "l"(pol)
+            st_bulk(dst, src + k_issue * ch, (uint32_t)ch, bar, pol);
+        else {
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                         "r"(ch)
                          : "memory");
-        else
             asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
                          "[%0], [%1], %2, [%3];" ::"r"(dst),
                          "l"(src + k_issue * ch), "r"(ch), "r"(bar)
                          : "memory");
+        }
         issued++;
         k_issue += W;
     };

@@ -231,14 +231,7 @@ static __device__ __forceinline__ void st_issue(const char *src, int n, uint32_t
                                                 uint32_t bar0, uint32_t issued, uint64_t pol)
 {
     uint32_t stg = issued % ST_S;
-    uint32_t dst = ring0 + stg * ST_C * ST_REC * 16, bar = bar0 + 8 * stg;
-    uint32_t bytes = (uint32_t)n * ST_REC * 16;
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-                 : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
-                 "[%0], [%1], %2, [%3], %4;" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar), "l"(pol)
-                 : "memory");
+    st_bulk(ring0 + stg * ST_C * ST_REC * 16, src, (uint32_t)n * ST_REC * 16, bar0 + 8 * stg, pol);
 }
 
 /* Stamp k of (op, block) when a.stamps is set (TERN_CUDA_STEP_STAMPS): 0-3
@@ -761,11 +754,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
     uint32_t ring0 = tk_smem_u32(ring), bar0 = tk_smem_u32(&bars[warp][0]);
     uint64_t pol;
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-    if (lane == 0) {
-        for (int i = 0; i < ST_S; i++)
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0 + 8 * i));
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    if (lane == 0) st_ring_init(bar0, ST_S);
     __syncwarp();
     const int n_ops = 4 * a.n_layers + 1;
     st_cur c;

@@ -13,6 +13,28 @@
 
 #include <stdint.h>
 
+/* Lane 0: the n one-arrival mbarriers at shared address bar0 (8 bytes
+ * apart) of a warp's ring, ready for the bulk copies. */
+static __device__ __forceinline__ void st_ring_init(uint32_t bar0, int n)
+{
+    for (int i = 0; i < n; i++)
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0 + 8 * i));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+/* Lane 0: bytes from global src into shared dst, completing on mbarrier bar
+ * (armed here for them), with L2 cache policy pol. */
+static __device__ __forceinline__ void st_bulk(uint32_t dst, const void *src, uint32_t bytes,
+                                               uint32_t bar, uint64_t pol)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
+                 "[%0], [%1], %2, [%3], %4;" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar), "l"(pol)
+                 : "memory");
+}
+
 static __device__ __forceinline__ void st_wait(uint32_t bar, uint32_t parity)
 {
     uint32_t ok;
