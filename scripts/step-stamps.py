@@ -64,7 +64,7 @@ def main():
             continue
         t0 = max(int(r["epilogue_done"]) for r in rows[ops[i - 1]]) / 1e3
         items = [r for r in rows[op] if int(r.get("att_q", -1)) >= 0]
-        for k in ("att_q", "att_kv", "att_passes", "att_parts", "att_out"):
+        for k in ("att_q", "att_kv", "att_qk", "att_softmax", "att_passes", "att_parts", "att_out"):
             v = [int(r[k]) / 1e3 - t0 for r in items if int(r.get(k, -1)) >= 0]
             if v:
                 att[k].append(statistics.median(v))

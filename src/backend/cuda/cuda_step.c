@@ -130,6 +130,8 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
     if (max_splits > grid / (int)nkv) max_splits = grid / (int)nkv;
     if (max_splits > 64) max_splits = 64;
     if (max_splits < 1) return unsupported("too many kv heads for the grid");
+    /* experiment: fewer splits (longer items, less merging) */
+    max_splits = env_int("TERN_CUDA_STEP_SPLITS", 1, max_splits, max_splits);
 
     struct tern_step_plan *p = tern_calloc(1, sizeof *p);
     if (!p) return TERN_E_NO_MEMORY;
@@ -229,8 +231,10 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
     /* experiments (docs/perf/quant.md): ring depth, poll sleep, timing-only
      * variants; a value out of range is ignored with a warning */
     a->depth = env_int("TERN_CUDA_STEP_DEPTH", 1, 4, 4);
+    a->pf = env_int("TERN_CUDA_STEP_PF", 0, 64, 0);
+    a->pf_ops = env_int("TERN_CUDA_STEP_PF_OPS", 0, 31, 15);
     tk_step_set_spin((unsigned)env_int("TERN_CUDA_STEP_SPIN_NS", 0, 100000, 0));
-    a->tune = env_int("TERN_CUDA_STEP_TUNE", 0, 255, 0);
+    a->tune = env_int("TERN_CUDA_STEP_TUNE", 0, 4095, 0);
     if (a->tune & 152)
         tern_log(TERN_LOG_WARN,
                  "decode step kernel: TERN_CUDA_STEP_TUNE=%d gives wrong logits "
@@ -311,7 +315,7 @@ static void write_stamps(struct tern_cuda *c, struct tern_step_plan *p, const ch
         for (size_t i = 0; i < n; i += TK_STEP_STAMPS)
             if (h[i] && h[i] < t0) t0 = h[i];
         fprintf(fp, "op,kind,block,start,x_ready,gemv_done,epilogue_done,att_q,att_kv,"
-                    "att_passes,att_parts,att_out\n");
+                    "att_passes,att_parts,att_out,att_qk,att_softmax\n");
         for (int op = 0; op < p->n_ops; op++)
             for (int b = 0; b < p->grid; b++) {
                 const unsigned long long *e =

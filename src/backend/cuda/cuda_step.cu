@@ -234,10 +234,23 @@ static __device__ __forceinline__ void st_issue(const char *src, int n, uint32_t
     st_bulk(ring0 + stg * ST_C * ST_REC * 16, src, (uint32_t)n * ST_REC * 16, bar0 + 8 * stg, pol);
 }
 
+/* Lane 0: the a.pf chunks after the ring's next (n records at src, the
+ * cursor c past them) into L2, so the stream goes on while x is awaited. */
+static __device__ __forceinline__ void st_l2_ahead(st_cur c, const char *src, int n,
+                                                   const tk_step_args &a, int n_ops, int warp)
+{
+    for (int i = 0; i < a.pf && n; i++) {
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src),
+                     "r"((uint32_t)n * ST_REC * 16)
+                     : "memory");
+        n = st_advance(c, a.ops, n_ops, warp, src);
+    }
+}
+
 /* Stamp k of (op, block) when a.stamps is set (TERN_CUDA_STEP_STAMPS): 0-3
  * the op's start, x ready, GEMV done, epilogue done; 4-8 its attention
  * item's q ready, first K / V rows in, passes done, partials in (merger)
- * or out, output out. */
+ * or out, output out; 9-10 its first pass's q . k and softmax done. */
 static __device__ __forceinline__ void st_stamp(const tk_step_args &a, int op, int k)
 {
     if (a.stamps && threadIdx.x == 0) {
@@ -334,17 +347,18 @@ static __device__ __forceinline__ void ll_gather(const uint4 *src, int base, int
 }
 
 /* Lines [0, n) of src as data words into dst (uint2 per line), by the
- * whole block, ST_LLB lines per thread at a time (ll_gather). xsum (BF16
+ * whole block, N lines per thread at a time (ll_gather). xsum (BF16
  * lines, 4 values each, n % 16 == 0): each 64-value group's sum (16 lines,
  * a half-warp) for the GEMV; NULL for the residual's F32 pairs. */
+template <int N = ST_LLB>
 static __device__ void ll_copy(const uint4 *src, int n, uint32_t f, uint2 *dst, float *xsum)
 {
     const int nt = ST_NW * 32;
-    for (int base = 0; base < n; base += ST_LLB * nt) { /* block-uniform: the lanes shuffle */
-        uint4 v[ST_LLB];
-        ll_gather(src, base, n, f, v);
+    for (int base = 0; base < n; base += N * nt) { /* block-uniform: the lanes shuffle */
+        uint4 v[N];
+        ll_gather<N>(src, base, n, f, v);
 #pragma unroll
-        for (int j = 0; j < ST_LLB; j++) {
+        for (int j = 0; j < N; j++) {
             int i = base + threadIdx.x + j * nt;
             if (base + j * nt >= n) break;
             uint2 d = make_uint2(v[j].x, v[j].z);
@@ -573,6 +587,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
             S->s[g][p] = d0 + d1;
         }
         __syncthreads();
+        if (q0 == p0) st_stamp(a, op, 9);
         int warp = tid >> 5, lane = tid & 31;
         for (int g = warp; g < G; g += ST_NW) { /* the online softmax of q head g */
             float v0 = lane < n ? S->s[g][lane] : -INFINITY;
@@ -588,6 +603,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
             }
         }
         __syncthreads();
+        if (q0 == p0) st_stamp(a, op, 10);
 #pragma unroll
         for (int j = 0; j < ST_ATT_PER; j++) { /* p . v */
             int i = tid + j * nt;
@@ -786,6 +802,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         __syncthreads(); /* the last op's epilogue is done with parts and stash */
         st_stamp(a, op, 0);
         if (o.kind == ST_QKV) st_kv_prefetch(a, layer, n_sp, spl, ctx);
+        if (a.pf && (a.pf_ops >> o.kind & 1) && lane == 0) st_l2_ahead(c, nsrc, nn, a, n_ops, warp);
         if (a.tune & 8) {            /* experiment: no phases (x as it is) */
         } else if (o.kind == ST_O) { /* the attention, then its output as x */
             for (int it = blockIdx.x; it < a.nkv * n_sp; it += gridDim.x) {
@@ -794,7 +811,10 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
             }
             ll_copy(st_ll(a, layer, a.ll_attn), o.in / 4, f, (uint2 *)xs, xsum);
         } else if (o.kind == ST_DOWN) {
-            ll_copy(st_ll(a, layer, a.ll_act), o.in / 4, f, (uint2 *)xs, xsum);
+            if (a.tune & 512) /* experiment: the act's lines in one batch */
+                ll_copy<8>(st_ll(a, layer, a.ll_act), o.in / 4, f, (uint2 *)xs, xsum);
+            else
+                ll_copy(st_ll(a, layer, a.ll_act), o.in / 4, f, (uint2 *)xs, xsum);
         } else {
             const uint4 *src =
                 prev < 0 ? NULL : st_ll(a, prev, o.kind == ST_GU ? a.ll_res_o : a.ll_res_d);

@@ -21,7 +21,7 @@ extern "C" {
 #define TK_STEP_MAX_HD     128
 #define TK_STEP_NW         16 /* warps per block, one block per SM */
 #define TK_STEP_LT         32 /* tiles a group of warps takes in one op, at most */
-#define TK_STEP_STAMPS     9  /* stamps per op and block (TERN_CUDA_STEP_STAMPS) */
+#define TK_STEP_STAMPS     11 /* stamps per op and block (TERN_CUDA_STEP_STAMPS) */
 
 /* One GEMV of the step: records of (16-row tile, 64-k group), 576 bytes
  * each, tile-major. kind: 0 qkv, 1 o, 2 gate_up, 3 down, 4 lm_head. */
@@ -56,9 +56,15 @@ typedef struct tk_step_args {
      * then its attention item's steps (TERN_CUDA_STEP_STAMPS) */
     unsigned long long *stamps;
     int depth; /* ring chunks in flight per warp, 1 .. 4 (TERN_CUDA_STEP_DEPTH) */
-    int tune;  /* timing experiments (TERN_CUDA_STEP_TUNE; WRONG logits): 8 skips every
-                * phase (x as it is), 16 every record's arithmetic, 128 the
-                * weight stream (the arithmetic on what the rings hold) */
+    /* chunks per warp beyond its ring prefetched into L2 when an op of a
+     * kind in pf_ops (bit = kind: 1 qkv, 2 o, 4 gate_up, 8 down, 16
+     * lm_head) starts: the stream kept going while x is awaited
+     * (TERN_CUDA_STEP_PF, TERN_CUDA_STEP_PF_OPS) */
+    int pf, pf_ops;
+    int tune; /* experiments (TERN_CUDA_STEP_TUNE), timing only (WRONG logits): 8 skips
+               * every phase (x as it is), 16 every record's arithmetic, 128
+               * the weight stream (the arithmetic on what the rings hold);
+               * with right logits: 512 the down op's x lines in one batch */
     void *kc[TK_STEP_MAX_LAYERS], *vc[TK_STEP_MAX_LAYERS];
 } tk_step_args;
 
