@@ -14,10 +14,16 @@
  *   - the argmax agrees with the op-by-op forward wherever its top-2 gap is
  *     at least TIE;
  *   - a second run of the same tokens gives bitwise the same logits;
+ *   - the same with every op taking the f16 overflow path (x times 2^-e,
+ *     the sums scaled back; forced by TERN_CUDA_STEP_TUNE=256);
  *   - greedy generation (captured graphs) matches the op-by-op path up to
  *     the first near-tie.
  * Then a wider model the test writes itself (test_step_wide: the 8B's head
- * shape, several warps per tile) against the op-by-op forward.
+ * shape, several warps per tile) against the op-by-op forward, and the same
+ * model with layer 1's post-attention norm and the final norm weights at
+ * 40000 (test_step_f16_range: gate_up, down and lm_head inputs beyond f16's
+ * 65504, which the kernel's f16 MMAs must scale; no softmax after them, so
+ * the two paths' rounding differences stay small).
  * Skips (and says so) without a CUDA device.
  */
 #include "testutil.h"
@@ -36,7 +42,7 @@
 #define TIE      1e-2
 #define N_POS    150
 
-static char qdir[256], wdir[256];
+static char qdir[256], wdir[256], hdir[256];
 
 static struct tern_model *open_dir(const char *dir, enum tern_device dev, bool step)
 {
@@ -122,6 +128,16 @@ static void test_step_logits(void **state)
     if (diff)
         fail_msg("step logits differ between two runs at %zu of %zu", diff, (size_t)N_POS * V);
     tern_free(b2);
+    /* every op through the f16 overflow path (x times 2^-e, sums scaled back) */
+    setenv("TERN_CUDA_STEP_TUNE", "256", 1);
+    struct tern_model *ovf = open_on(TERN_DEVICE_CUDA, true);
+    unsetenv("TERN_CUDA_STEP_TUNE");
+    float *d = tu_model_logits(ovf, ids, N_POS, V, 1, 16);
+    double e_ovf = tu_max_rel_err(d, a, (size_t)N_POS * V);
+    printf("  f16 overflow path forced: step vs op-by-op %.2e\n", e_ovf);
+    if (!(e_ovf <= STEP_REL)) fail_msg("overflow path logits vs op-by-op: rel err %.3e", e_ovf);
+    tern_free(d);
+    tern_model_close(ovf);
     /* greedy generation: the decode loop's captured graphs */
     int32_t *ga = tu_model_greedy(ops, ids, 8, 48), *gb = tu_model_greedy(stp, ids, 8, 48);
     int same = 0;
@@ -182,8 +198,9 @@ static void st_add(struct st_out *o, const char *name, int64_t r, int64_t c)
     o->off += n;
 }
 
-/* Every tensor's name and shape, in file order (pass 0: header, 1: data). */
-static void wide_tensors(struct st_out *o, int pass, uint64_t *rng)
+/* Every tensor's name and shape, in file order (pass 0: header, 1: data);
+ * big: layer 1's post-attention norm and the final norm weights 40000. */
+static void wide_tensors(struct st_out *o, int pass, uint64_t *rng, bool big)
 {
     char name[128];
     struct {
@@ -212,10 +229,12 @@ static void wide_tensors(struct st_out *o, int pass, uint64_t *rng)
         float amp, base;
         if (t < 3) {
             n = top[t].n, r = top[t].r, c = top[t].c, amp = top[t].amp, base = top[t].base;
+            if (big && t == 1) base = 40000.0f;
             snprintf(name, sizeof name, "%s", n);
         } else {
             int l = (t - 3) / 9, k = (t - 3) % 9;
             r = per[k].r, c = per[k].c, amp = per[k].amp, base = per[k].base;
+            if (big && l == 1 && k == 8) base = 40000.0f;
             snprintf(name, sizeof name, "model.layers.%d.%s", l, per[k].n);
         }
         if (pass == 0) {
@@ -233,7 +252,7 @@ static void wide_tensors(struct st_out *o, int pass, uint64_t *rng)
     }
 }
 
-static bool write_wide(const char *dir)
+static bool write_wide(const char *dir, bool big)
 {
     char path[300];
     if (mkdir(dir, 0755) != 0) return false;
@@ -253,7 +272,7 @@ static bool write_wide(const char *dir)
     fclose(f);
     struct st_out o = {.hdr = "{", .hlen = 1};
     uint64_t rng = 12345;
-    wide_tensors(&o, 0, &rng);
+    wide_tensors(&o, 0, &rng, big);
     o.hdr[o.hlen++] = '}';
     while (o.hlen % 8) o.hdr[o.hlen++] = ' ';
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
@@ -262,32 +281,45 @@ static bool write_wide(const char *dir)
     uint64_t hl = o.hlen;
     fwrite(&hl, 8, 1, o.f);
     fwrite(o.hdr, 1, o.hlen, o.f);
-    wide_tensors(&o, 1, &rng);
+    wide_tensors(&o, 1, &rng, big);
     return fclose(o.f) == 0;
 }
 
-static void test_step_wide(void **state)
+/* The step against the op-by-op forward on the model in dir, and its
+ * argmax position by position. */
+static void wide_check(const char *dir, const char *what)
 {
-    (void)state;
-    if (!wdir[0]) skip();
-    struct tern_model *ops = open_dir(wdir, TERN_DEVICE_CUDA, false);
-    struct tern_model *stp = open_dir(wdir, TERN_DEVICE_CUDA, true);
-    if (!stp->core.step) fail_msg("no decode step plan for %s", wdir);
+    struct tern_model *ops = open_dir(dir, TERN_DEVICE_CUDA, false);
+    struct tern_model *stp = open_dir(dir, TERN_DEVICE_CUDA, true);
+    if (!stp->core.step) fail_msg("no decode step plan for %s", dir);
     int V = W_V;
     int32_t ids[N_POS];
     for (int i = 0; i < N_POS; i++) ids[i] = (int32_t)(((int64_t)i * 7919 + 13) % V);
     float *a = tu_model_logits(ops, ids, N_POS, V, 1, 16),
           *b = tu_model_logits(stp, ids, N_POS, V, 1, 16);
     double e_ops = tu_max_rel_err(b, a, (size_t)N_POS * V);
+    printf("  %s: step vs op-by-op %.2e over %d positions\n", what, e_ops, N_POS);
+    if (!(e_ops <= STEP_REL)) fail_msg("%s: step logits vs op-by-op: rel err %.3e", what, e_ops);
     int close = 0, agree = argmax_agree(a, b, V, &close);
-    printf("  wide model: step vs op-by-op %.2e over %d positions; argmax equal at %d (%d "
-           "near-ties)\n",
-           e_ops, N_POS, agree, close);
-    if (!(e_ops <= STEP_REL)) fail_msg("step logits vs op-by-op: rel err %.3e", e_ops);
+    printf("  %s: argmax equal at %d (%d near-ties)\n", what, agree, close);
     tern_free(a);
     tern_free(b);
     tern_model_close(stp);
     tern_model_close(ops);
+}
+
+static void test_step_wide(void **state)
+{
+    (void)state;
+    if (!wdir[0]) skip();
+    wide_check(wdir, "wide model");
+}
+
+static void test_step_f16_range(void **state)
+{
+    (void)state;
+    if (!hdir[0]) skip();
+    wide_check(hdir, "wide model, inputs beyond f16");
 }
 
 static int setup(void **state)
@@ -303,12 +335,17 @@ static int setup(void **state)
     char wide[300];
     snprintf(wide, sizeof wide, "%s/wide", tmpl);
     snprintf(wdir, sizeof wdir, "%s/wide-q4", tmpl);
+    char huge[300];
+    snprintf(huge, sizeof huge, "%s/huge", tmpl);
+    snprintf(hdir, sizeof hdir, "%s/huge-q4", tmpl);
     char *src = tu_fixture("models/tiny-llama-yarn");
     struct tern_quantize_params qp = tern_quantize_default_params();
     enum tern_status st = tern_quantize(src, qdir, &qp);
     tern_free(src);
-    if (st == TERN_OK && !write_wide(wide)) st = tern_error(TERN_E_IO, "writing %s", wide);
+    if (st == TERN_OK && !write_wide(wide, false)) st = tern_error(TERN_E_IO, "writing %s", wide);
     if (st == TERN_OK) st = tern_quantize(wide, wdir, &qp);
+    if (st == TERN_OK && !write_wide(huge, true)) st = tern_error(TERN_E_IO, "writing %s", huge);
+    if (st == TERN_OK) st = tern_quantize(huge, hdir, &qp);
     if (st != TERN_OK) {
         printf("quantize: %s\n", tern_last_error());
         return 1;
@@ -330,6 +367,7 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_step_logits),
-                                       cmocka_unit_test(test_step_wide)};
+                                       cmocka_unit_test(test_step_wide),
+                                       cmocka_unit_test(test_step_f16_range)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }

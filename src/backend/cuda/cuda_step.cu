@@ -12,17 +12,19 @@
  *
  * Weights: each linear is repacked at load into 576-byte records, one per
  * (16-row tile, 64-k group): 512 bytes of mma.m16n8k16 A fragments (lane L
- * = 4 g + t's 16 bytes at 16 L; word s = k-step s covers k_i = 64 G + 16 t
- * + 4 s + i, nibbles (r0 k0, r1 k0, r0 k2, r1 k2, r0 k1, r1 k1, r0 k3, r1 k3)
- * for rows r0 = 16 tile + g, r1 = r0 + 8) then the 8 (scale, bias) pairs of
- * rows (g, g + 8). The gate_up projection's tile j holds gate rows 8j..8j+7
- * and up rows 8j..8j+7, so silu(gate) * up is the tile's own epilogue. The
- * records lie in the order the warps read them (tk_step_records: a warp's
- * k-th chunk of 4 records at slot k x warps + warp).
+ * = 4 g + t's 16 bytes at 16 L, 4 words; k-step s covers k = 64 G + 16 t +
+ * 4 s + i, i < 4; nibble n of word w holds row r0 = 16 tile + g or r1 = r0
+ * + 8 as bit 1 of n says, k-step 2 (w >> 1) + (n & 1), i = 2 (w & 1) + (n >>
+ * 2): a word pair's low nibbles are k-step 2p, its high ones k-step 2p + 1)
+ * then the 8 (scale, bias) pairs of rows (g, g + 8). The gate_up projection's tile j holds gate
+ * rows 8j..8j+7 and up rows 8j..8j+7, so silu(gate) * up is the tile's own epilogue. The records
+ * lie in the order the warps read them (tk_step_records: a warp's k-th chunk of 4 records at slot k
+ * x warps + warp).
  *
- * A record's arithmetic (st_group1): a_j = ((w >> 4 j) & 0x000F000F) |
- * 0x43004300 is bf16 (128 + q); 4 MMAs sum x (128 + q) over the group, and
- * per group acc += s C + (b - 128 s) X with X the group's sum of x, made
+ * A record's arithmetic (st_group1, cuda_step.cuh): the nibbles become f16
+ * 1024 + q or 1024 + 16 q by one lop3 each (one shift per word), x is f16
+ * (exact for bf16 values up to 65504: a larger one stores the op's x / 2^16
+ * and scales the sums back), 4 f16 MMAs, and per group two sums of x made
  * once per op where x is written. Work per op: a tile belongs to a group
  * of KS warps of one block (KS chosen on the host so the op balances over
  * the grid); warp j of the group takes the tile's j-th contiguous slice of
@@ -123,17 +125,20 @@ static __global__ void k_step_repack(const uint32_t *q, const uint16_t *sc, cons
         r0 = 16 * tau + g, r1 = r0 + 8;
         ok0 = r0 < rows, ok1 = r1 < rows;
     }
-    int64_t wpr = in / 8;
-    uint32_t w4[4];
-    for (int s = 0; s < 4; s++) {
-        int64_t k0 = 64 * G + 16 * t + 4 * s;
-        int off = (int)(k0 % 8);
-        uint32_t m0 = ok0 ? q[r0 * wpr + k0 / 8] >> (4 * off) : 0u;
-        uint32_t m1 = ok1 ? q[r1 * wpr + k0 / 8] >> (4 * off) : 0u;
-        uint32_t n0[4], n1[4];
-        for (int i = 0; i < 4; i++) n0[i] = (m0 >> (4 * i)) & 15u, n1[i] = (m1 >> (4 * i)) & 15u;
-        w4[s] = n0[0] | n1[0] << 4 | n0[2] << 8 | n1[2] << 12 | n0[1] << 16 | n1[1] << 20 |
-                n0[3] << 24 | n1[3] << 28;
+    int64_t wpr = in / 8, k0 = 64 * G + 16 * t; /* the lane's 16 k: 2 words of each row */
+    uint32_t q0[2], q1[2], w4[4];
+    for (int h = 0; h < 2; h++) {
+        q0[h] = ok0 ? q[r0 * wpr + k0 / 8 + h] : 0u;
+        q1[h] = ok1 ? q[r1 * wpr + k0 / 8 + h] : 0u;
+    }
+    for (int w = 0; w < 4; w++) {
+        uint32_t word = 0;
+        for (int n = 0; n < 8; n++) {
+            int kk = 4 * (2 * (w >> 1) + (n & 1)) + 2 * (w & 1) + (n >> 2); /* 4 s + i */
+            const uint32_t *src = (n >> 1) & 1 ? q1 : q0;
+            word |= ((src[kk >> 3] >> (4 * (kk & 7))) & 15u) << (4 * n);
+        }
+        w4[w] = word;
     }
     /* its slot: the warp that takes group G of this tile, and its step */
     int64_t per = ST_NW >> lks, units = (int64_t)grid * per, len = nG >> lks;
@@ -346,13 +351,30 @@ static __device__ __forceinline__ void ll_gather(const uint4 *src, int base, int
     }
 }
 
+/* GEMV input values a, b (bf16-rounded) times xmul (1, or a power of two
+ * below after an overflow) as an f16 pair, the values it holds in back;
+ * mx the largest magnitude so far (beyond 65504: not representable). */
+static __device__ __forceinline__ uint32_t st_f16x2(float a, float b, float xmul, float &mx,
+                                                    float2 &back)
+{
+    a = __fmul_rn(a, xmul), b = __fmul_rn(b, xmul); /* exact: a power of two */
+    mx = fmaxf(mx, fmaxf(fabsf(a), fabsf(b)));
+    __half2 h = __floats2half2_rn(a, b);
+    back = __half22float2(h);
+    return *(const uint32_t *)&h;
+}
+
 /* Lines [0, n) of src as data words into dst (uint2 per line), by the
  * whole block, N lines per thread at a time (ll_gather). xsum (BF16
- * lines, 4 values each, n % 16 == 0): each 64-value group's sum (16 lines,
- * a half-warp) for the GEMV; NULL for the residual's F32 pairs. */
+ * lines of GEMV input, 4 values each, n % 16 == 0): dst gets them as f16
+ * (times xmul), xsum each 64-value group's (X, Y) for st_group1 (16 lines,
+ * a half-warp); returns the thread's largest magnitude (st_f16x2). NULL:
+ * the residual's F32 pairs as they are. */
 template <int N = ST_LLB>
-static __device__ void ll_copy(const uint4 *src, int n, uint32_t f, uint2 *dst, float *xsum)
+static __device__ float ll_copy(const uint4 *src, int n, uint32_t f, uint2 *dst, float2 *xsum,
+                                float xmul)
 {
+    float mx = 0.0f;
     const int nt = ST_NW * 32;
     for (int base = 0; base < n; base += N * nt) { /* block-uniform: the lanes shuffle */
         uint4 v[N];
@@ -362,15 +384,28 @@ static __device__ void ll_copy(const uint4 *src, int n, uint32_t f, uint2 *dst, 
             int i = base + threadIdx.x + j * nt;
             if (base + j * nt >= n) break;
             uint2 d = make_uint2(v[j].x, v[j].z);
-            if (i < n) dst[i] = d;
-            if (!xsum) continue;
-            float p = (__uint_as_float(d.x << 16) + __uint_as_float(d.x & 0xffff0000u)) +
-                      (__uint_as_float(d.y << 16) + __uint_as_float(d.y & 0xffff0000u));
+            if (!xsum) {
+                if (i < n) dst[i] = d;
+                continue;
+            }
+            float2 f0, f1;
+            uint2 h = make_uint2(st_f16x2(__uint_as_float(d.x << 16),
+                                          __uint_as_float(d.x & 0xffff0000u), xmul, mx, f0),
+                                 st_f16x2(__uint_as_float(d.y << 16),
+                                          __uint_as_float(d.y & 0xffff0000u), xmul, mx, f1));
+            if (i < n) dst[i] = h;
+            /* line i holds k-step i % 4 of its lane group (i = lane + a multiple
+             * of 32): the half-warp's even and odd lines summed apart, then X =
+             * even + odd, Y = even + odd / 16 */
+            float p = (f0.x + f0.y) + (f1.x + f1.y);
 #pragma unroll
-            for (int m = 8; m >= 1; m >>= 1) p += __shfl_xor_sync(0xffffffffu, p, m);
-            if (i < n && (threadIdx.x & 15) == 0) xsum[i / 16] = p;
+            for (int m = 8; m >= 2; m >>= 1) p += __shfl_xor_sync(0xffffffffu, p, m);
+            float p1 = __shfl_xor_sync(0xffffffffu, p, 1);
+            if (i < n && (threadIdx.x & 15) == 0)
+                xsum[i / 16] = make_float2(p + p1, fmaf(p1, 0.0625f, p));
         }
     }
+    return mx;
 }
 
 /* Layer l's lines at offset off (the lm_head reads the last layer's). */
@@ -398,22 +433,24 @@ static __device__ __forceinline__ int st_stash_at(int r, int lks)
     return ((l2 * per + rem % per) << 4) | (r & 15);
 }
 
-/* xs = bf16(res * rsqrt(mean(res^2) + eps) * w), every block for itself;
+/* xs = bf16(res * rsqrt(mean(res^2) + eps) * w) (as f16 times xmul, with
+ * xsum's (X, Y) per group, as ll_copy), every block for itself;
  * res from the embedding (plain, written before the launch) or from the
  * previous projection's LL lines, staged as F32 in the block's idle
  * region (the same thread writes and reads its pairs). The rows the next
  * o / down epilogue adds to (stash_lks >= 0) go to stash. */
-static __device__ void st_norm(const float *plain, const uint4 *ll, uint32_t f, int n,
-                               const bf16 *w, float eps, bf16 *xs, float *xsum, float *red,
-                               float2 *stage, float *stash, int stash_lks)
+static __device__ float st_norm(const float *plain, const uint4 *ll, uint32_t f, int n,
+                                const bf16 *w, float eps, bf16 *xs, float2 *xsum, float *red,
+                                float2 *stage, float *stash, int stash_lks, float xmul)
 {
+    float mx = 0.0f;
     const int nt = ST_NW * 32, nl = n / 2;
     /* the weights into xs meanwhile (a dependent L2 round trip otherwise) */
     for (int i = threadIdx.x; i < n / 8; i += nt) st_cp16(xs + 8 * i, w + 8 * i);
     if (plain)
         for (int i = threadIdx.x; i < nl; i += nt) stage[i] = __ldcg((const float2 *)plain + i);
     else
-        ll_copy(ll, nl, f, (uint2 *)stage, NULL);
+        ll_copy(ll, nl, f, (uint2 *)stage, NULL, 1.0f);
     float ss = 0.0f;
     for (int i = threadIdx.x; i < nl; i += nt) {
         float2 v = stage[i];
@@ -432,15 +469,22 @@ static __device__ void st_norm(const float *plain, const uint4 *ll, uint32_t f, 
         float2 v = stage[i], wv = __bfloat1622float2(wp[i]);
         __nv_bfloat162 xb = __floats2bfloat162_rn(__fmul_rn(__fmul_rn(v.x, inv), wv.x),
                                                   __fmul_rn(__fmul_rn(v.y, inv), wv.y));
-        ((__nv_bfloat162 *)xs)[i] = xb;
-        float2 xf = __bfloat1622float2(xb);
-        float p = tk_warp_sum(xf.x + xf.y);
-        if ((threadIdx.x & 31) == 0) xsum[i / 32] = p;
+        float2 xf = __bfloat1622float2(xb), back;
+        ((uint32_t *)xs)[i] = st_f16x2(xf.x, xf.y, xmul, mx, back);
+        /* pair i (i = lane + a multiple of 32) is in k-step (i / 2) % 4 of its
+         * lane group: the warp's even and odd k-steps summed apart (lane bit 1),
+         * then X = even + odd, Y = even + odd / 16 */
+        float p = back.x + back.y;
+        p += __shfl_xor_sync(0xffffffffu, p, 16), p += __shfl_xor_sync(0xffffffffu, p, 8);
+        p += __shfl_xor_sync(0xffffffffu, p, 4), p += __shfl_xor_sync(0xffffffffu, p, 1);
+        float p1 = __shfl_xor_sync(0xffffffffu, p, 2);
+        if ((threadIdx.x & 31) == 0) xsum[i / 32] = make_float2(p + p1, fmaf(p1, 0.0625f, p));
         if (stash_lks >= 0) {
             int s0 = st_stash_at(2 * i, stash_lks);
             if (s0 >= 0) stash[s0] = v.x, stash[s0 + 1] = v.y;
         }
     }
+    return mx;
 }
 
 /* Head h's value i (of hd) after RoPE (P's rotation), from raw bf16 x in
@@ -713,7 +757,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
  * warp order; lane r < 16 holds row r. Every lane calls it (shuffles). */
 static __device__ void st_finish(const tk_step_args &a, const tk_step_op &o, int layer, int tile,
                                  int slot, const float *parts, const float *stash, uint32_t f,
-                                 int lane)
+                                 int lane, float xscale)
 {
     /* row lane & 15: lanes < 16 sum the first half of the slices, the
      * others the second (in order), then the halves */
@@ -724,6 +768,7 @@ static __device__ void st_finish(const tk_step_args &a, const tk_step_op &o, int
     else
         for (int j = h0; j < h1; j++) v += parts[j * 16 + (lane & 15)];
     v += __shfl_down_sync(0xffffffffu, v, 16);
+    v *= xscale; /* 1, or 2^16 when x went in as x / 2^16 */
     int r = tile * 16 + lane;
     switch (o.kind) {
     case ST_QKV:
@@ -760,7 +805,9 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
     __shared__ float red[ST_NW];
     __shared__ uint32_t flag_s;
     __shared__ st_consts P;
-    __shared__ __align__(16) float xsum[TK_STEP_MAX_K / 64]; /* x's 64-value group sums */
+    __shared__ __align__(16) float2 xsum[TK_STEP_MAX_K / 64]; /* x's group sums (st_group1) */
+    __shared__ float xscale;  /* the op's x went in as x / xscale (1 unless beyond f16) */
+    __shared__ unsigned xmax; /* the op's largest |x| (as bits) when one is beyond f16 */
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     uint4 *ring = (uint4 *)smem + (size_t)warp * ST_S * ST_C * ST_REC;
     bf16 *xs = (bf16 *)(smem + ST_RING_BYTES);
@@ -786,13 +833,14 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
     if (threadIdx.x < a.rot / 2)
         tk_rope_cs((float)__ldg(a.pos), a.inv_freq[threadIdx.x], a.mscale, P.cos[threadIdx.x],
                    P.sin[threadIdx.x]);
+    if (threadIdx.x == 0) xmax = 0u;
     if (threadIdx.x == 0) P.ctx = __ldg(a.seq_len), P.pos = __ldg(a.pos), P.slot = __ldg(a.slot);
     if (threadIdx.x == 0) /* launches run in stream order, each adds gridDim.x */
         flag_s = (uint32_t)(atomicAdd(a.epoch, 1ull) / gridDim.x) + 1u;
     const int ctx = __ldg(a.seq_len);
     int spl = ST_SPL * ((ctx + ST_SPL * a.max_splits - 1) / (ST_SPL * a.max_splits));
     int n_sp = (ctx + spl - 1) / spl;
-    const uint32_t magic = 0x43004300u;
+    const uint32_t magic = 0x64006400u; /* f16 1024 in each half */
     __syncthreads();
     for (int op = 0; op < n_ops; op++) {
         const tk_step_op o = a.ops[op];
@@ -803,25 +851,47 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         st_stamp(a, op, 0);
         if (o.kind == ST_QKV) st_kv_prefetch(a, layer, n_sp, spl, ctx);
         if (a.pf && (a.pf_ops >> o.kind & 1) && lane == 0) st_l2_ahead(c, nsrc, nn, a, n_ops, warp);
-        if (a.tune & 8) {            /* experiment: no phases (x as it is) */
-        } else if (o.kind == ST_O) { /* the attention, then its output as x */
-            for (int it = blockIdx.x; it < a.nkv * n_sp; it += gridDim.x) {
-                st_att_item(a, &P, op, layer, it / n_sp, it % n_sp, n_sp, spl, att, f);
-                __syncthreads(); /* the item's shared memory before the next */
+        if (threadIdx.x == 0) xscale = 1.0f; /* ordered before st_finish by the barriers below */
+        /* x as f16 (times xmul), into xs and xsum; the largest magnitude */
+        auto write_x = [&](float xmul) -> float {
+            if (o.kind == ST_O)
+                return ll_copy(st_ll(a, layer, a.ll_attn), o.in / 4, f, (uint2 *)xs, xsum, xmul);
+            if (o.kind == ST_DOWN) {
+                if (a.tune & 512) /* experiment: the act's lines in one batch */
+                    return ll_copy<8>(st_ll(a, layer, a.ll_act), o.in / 4, f, (uint2 *)xs, xsum,
+                                      xmul);
+                return ll_copy(st_ll(a, layer, a.ll_act), o.in / 4, f, (uint2 *)xs, xsum, xmul);
             }
-            ll_copy(st_ll(a, layer, a.ll_attn), o.in / 4, f, (uint2 *)xs, xsum);
-        } else if (o.kind == ST_DOWN) {
-            if (a.tune & 512) /* experiment: the act's lines in one batch */
-                ll_copy<8>(st_ll(a, layer, a.ll_act), o.in / 4, f, (uint2 *)xs, xsum);
-            else
-                ll_copy(st_ll(a, layer, a.ll_act), o.in / 4, f, (uint2 *)xs, xsum);
-        } else {
             const uint4 *src =
                 prev < 0 ? NULL : st_ll(a, prev, o.kind == ST_GU ? a.ll_res_o : a.ll_res_d);
-            st_norm(prev < 0 ? a.res : NULL, src, f, o.in, (const bf16 *)o.norm_w, a.eps, xs, xsum,
-                    red, (float2 *)parts, stash, o.kind == ST_LM ? -1 : a.ops[op + 1].lks);
+            return st_norm(prev < 0 ? a.res : NULL, src, f, o.in, (const bf16 *)o.norm_w, a.eps, xs,
+                           xsum, red, (float2 *)parts, stash,
+                           o.kind == ST_LM ? -1 : a.ops[op + 1].lks, xmul);
+        };
+        float mx = 0.0f;
+        if (a.tune & 8) { /* experiment: no phases (x as it is) */
+        } else {
+            if (o.kind == ST_O) /* the attention, then its output as x */
+                for (int it = blockIdx.x; it < a.nkv * n_sp; it += gridDim.x) {
+                    st_att_item(a, &P, op, layer, it / n_sp, it % n_sp, n_sp, spl, att, f);
+                    __syncthreads(); /* the item's shared memory before the next */
+                }
+            mx = write_x(1.0f);
         }
-        __syncthreads();
+        /* the barrier after x also says whether a value was beyond f16 (rare:
+         * x again times 2^-e, the op's sums scaled back in st_finish; TUNE &
+         * 256 forces it with e = 1, for the test) */
+        if (__syncthreads_or(mx > 65504.0f || (a.tune & 256))) {
+            atomicMax(&xmax, __float_as_uint(mx)); /* magnitudes order as their bits */
+            __syncthreads();
+            float m = __uint_as_float(xmax);
+            float xmul =
+                isfinite(m) ? ldexpf(1.0f, -max(1, (int)ceilf(log2f(m / 32768.0f)))) : 1.0f;
+            __syncthreads(); /* every thread has read xmax */
+            if (threadIdx.x == 0) xmax = 0u, xscale = 1.0f / xmul;
+            write_x(xmul);
+            __syncthreads();
+        }
         st_stamp(a, op, 1);
         int grp = warp >> o.lks, j = warp & ((1 << o.lks) - 1);
         st_cur k;
@@ -887,7 +957,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
             int tile = blockIdx.x * per + gi + l2 * gridDim.x * per;
             if (l2 >= ST_LT || tile >= o.tiles) break;
             st_finish(a, o, layer, tile, idx, parts + ((gi * ST_LT + l2) << o.lks) * 16, stash, f,
-                      lane);
+                      lane, xscale);
         }
         st_stamp(a, op, 3);
     }

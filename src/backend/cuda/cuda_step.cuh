@@ -89,27 +89,41 @@ static __device__ __forceinline__ void st_group(const uint4 w, const uint4 xa, c
     acc[3] = fmaf(o1, xg[3], fmaf(s1, cg[3], acc[3]));
 }
 
-/* One record into a lane's 2 sums of ONE token (every B column holds it):
- * rows g (acc[0]) and g + 8 (acc[1]); X is the sum of the group's 64 x
- * values, computed once per op instead of by a second MMA per k-step
- * (it is the same for every tile). The 4 k-steps alternate between two
- * accumulators, so the MMA chain a record waits on is 2 long, not 4. */
+/* One record of the decode step kernel (cuda_step.cu's nibble map) into a
+ * lane's 2 sums of ONE token (every B column holds it): rows g (acc[0])
+ * and g + 8 (acc[1]). x is f16 (xa, xb: the lane's 16 values of the
+ * group); magic is 0x64006400, f16 1024 in each half. Word pair p's low
+ * nibbles of each byte, (w & 0x000F000F) | magic, are f16 1024 + q: the
+ * A registers of k-step 2p; the high ones, (w & 0x00F000F0) | magic, are
+ * 1024 + 16 q: those of k-step 2p + 1 (one shift per word instead of
+ * three). So c0 = 1024 X_even + sum x q over the even k-steps, c1 = 1024
+ * X_odd + 16 sum x q over the odd ones, and per group acc += s (c0 + c1 /
+ * 16 - 1024 Y) + b X with XY = (X, Y = X_even + X_odd / 16), made once per
+ * op where x is written. */
 static __device__ __forceinline__ void st_group1(const uint4 w, const uint4 xa, const uint4 xb,
-                                                 uint2 sbv, float X, uint32_t magic, float *acc)
+                                                 uint2 sbv, float2 XY, uint32_t magic, float *acc)
 {
     float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const uint32_t ww[4] = {w.x, w.y, w.z, w.w};
     const uint32_t xr[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
 #pragma unroll
-    for (int s = 0; s < 4; s++) {
-        uint32_t a[4];
-        st_unpack(ww[s], magic, a);
-        tk_mma_bf16(s & 1 ? c1 : c0, a[0], a[1], a[2], a[3], xr[2 * s], xr[2 * s + 1]);
+    for (int p = 0; p < 2; p++) {
+        const uint32_t u[4] = {ww[2 * p], ww[2 * p] >> 8, ww[2 * p + 1], ww[2 * p + 1] >> 8};
+        uint32_t lo[4], hi[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;" : "=r"(lo[j]) : "r"(u[j]), "r"(magic));
+            asm("lop3.b32 %0, %1, 0x00F000F0, %2, 0xEA;" : "=r"(hi[j]) : "r"(u[j]), "r"(magic));
+        }
+        tk_mma_f16(c0, lo[0], lo[1], lo[2], lo[3], xr[4 * p], xr[4 * p + 1]);
+        tk_mma_f16(c1, hi[0], hi[1], hi[2], hi[3], xr[4 * p + 2], xr[4 * p + 3]);
     }
-    float s0, s1, o0, o1;
-    st_affine(sbv, s0, s1, o0, o1);
-    acc[0] = fmaf(o0, X, fmaf(s0, c0[0] + c1[0], acc[0]));
-    acc[1] = fmaf(o1, X, fmaf(s1, c0[2] + c1[2], acc[1]));
+    const float s0 = __uint_as_float(sbv.x << 16), s1 = __uint_as_float(sbv.x & 0xffff0000u);
+    const float b0 = __uint_as_float(sbv.y << 16), b1 = __uint_as_float(sbv.y & 0xffff0000u);
+    const float t0 = fmaf(-1024.0f, XY.y, fmaf(c1[0], 0.0625f, c0[0]));
+    const float t1 = fmaf(-1024.0f, XY.y, fmaf(c1[2], 0.0625f, c0[2]));
+    acc[0] = fmaf(b0, XY.x, fmaf(s0, t0, acc[0]));
+    acc[1] = fmaf(b1, XY.x, fmaf(s1, t1, acc[1]));
 }
 
 #endif /* TERN_CUDA_STEP_CUH */

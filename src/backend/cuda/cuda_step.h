@@ -64,7 +64,8 @@ typedef struct tk_step_args {
     int tune; /* experiments (TERN_CUDA_STEP_TUNE), timing only (WRONG logits): 8 skips
                * every phase (x as it is), 16 every record's arithmetic, 128
                * the weight stream (the arithmetic on what the rings hold);
-               * with right logits: 512 the down op's x lines in one batch */
+               * with right logits: 256 the f16 overflow path in
+               * every op, 512 the down op's x lines in one batch */
     void *kc[TK_STEP_MAX_LAYERS], *vc[TK_STEP_MAX_LAYERS];
 } tk_step_args;
 
