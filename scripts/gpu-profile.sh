@@ -12,7 +12,8 @@
 # Env: TRACE=1 (the real decode step, graphs on, as a time line: dev/trace/cupti_trace.c
 # + scripts/step-timeline.py; TRACE_RUNS="q4 q4:NAME=value,NAME2=v bf16"), PROFILE_MODELS="q4 bf16" (models made), PROFILE_STEP_MODELS (step tables; default
 # PROFILE_MODELS, "" for none), PROFILE_PROBE=1, PROFILE_SECTIONS=1, PROFILE_SPECS (which
-# kernels get sections: model:kernel:skip:count[:NAME=value]), PROFILE_SEC (ncu sections).
+# kernels get sections: model:kernel:skip:count[:NAME=value]), PROFILE_SEC (ncu sections),
+# PROFILE_PROMPT (their prompt length, 64), PROFILE_EXPORT=1 (the report kept, its SASS page as CSV).
 # Logs under $OUT; the tables print to stdout.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -81,9 +82,13 @@ if [ "${PROFILE_SECTIONS:-1}" = 1 ]; then
     f="$OUT/ncu_${n}_${k}_${skip}.txt"
     env ${ev:-PROFILE_NOTHING=1} TERN_CUDA_GRAPHS=0 LD_LIBRARY_PATH=$C:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} \
       timeout 200 "$NCU" --clock-control none $SEC --kernel-name "$k" \
-      --launch-skip "$skip" --launch-count "$cnt" \
-      $C/tern bench --model "$d" --device cuda --prompt-len 64 --gen 2 --reps 1 >"$f" 2>&1
+      --launch-skip "$skip" --launch-count "$cnt" ${PROFILE_EXPORT:+--export "${f%.txt}"} \
+      $C/tern bench --model "$d" --device cuda --prompt-len "${PROFILE_PROMPT:-64}" --gen 2 --reps 1 >"$f" 2>&1
     echo "== ncu sections $n $k skip $skip rc=$?"
+    if [ -n "${PROFILE_EXPORT:-}" ]; then # per-instruction samples (SASS), for ncu-sass-stalls.py
+      "$NCU" --import "${f%.txt}.ncu-rep" --page source --csv --print-source sass >"${f%.txt}_sass.csv" 2>&1
+      echo "source page rc=$? $(wc -l <"${f%.txt}_sass.csv") lines"
+    fi
     if [ -n "${PROFILE_SUMMARY:-}" ]; then python3 scripts/ncu-stalls.py "$f"; continue; fi
     grep -E "^  [a-z_]+.*\(|Grid Size|Duration|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Achieved Occupancy|Registers Per|Issued Warp|No Eligible|Warp Cycles Per Issued|Stall|Mem Busy|Max Bandwidth|L1/TEX Cache Throughput|L2 Cache Throughput|Compute \(SM\) Throughput|Est\. Speedup|Theoretical Occupancy|Block Limit" "$f" | head -${PROFILE_LINES:-60}
   done

@@ -99,7 +99,7 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
         return unsupported("activations or KV cache not BF16");
     if (d->qk_norm || ap->sliding_window || ap->softcap != 0.0f || rp->interleaved)
         return unsupported("head norms, sliding window, softcap or interleaved rope");
-    if (d->n_layers < 1 || d->n_layers > TK_STEP_MAX_LAYERS || hd > TK_STEP_MAX_HD || hd % 8 ||
+    if (d->n_layers < 1 || d->n_layers > TK_STEP_MAX_LAYERS || hd > TK_STEP_MAX_HD || hd % 16 ||
         nkv < 1 || nq % nkv || nq / nkv > TK_STEP_MAX_G || rp->rotary_dim % 2 ||
         rp->rotary_dim > hd)
         return unsupported("layer count or head shape");

@@ -35,7 +35,8 @@
  * the block's o / down epilogue adds to kept in its stash); qkv GEMV;
  * attention (items (kv head, split) on whole blocks: q roped, the new
  * token's k roped and stored with v at its cache slot by the split that
- * holds it, online softmax in passes of 64 positions, the last split of a
+ * holds it, online softmax in passes of 64 positions with q . k and p . v
+ * as bf16 MMAs (p split into bf16 high and low parts), the last split of a
  * head merging the others' partial sums in split order); o GEMV adding into
  * the residual; norm; gate_up GEMV with silu * up; down GEMV adding into
  * the residual; then the final norm and the lm_head GEMV into F32 logits.
@@ -71,8 +72,8 @@ struct st_att {
     union __align__(16)
     {
         struct {
-            bf16 k[ST_SPL][TK_STEP_MAX_HD + 8]; /* + 8: conflict-free 16-byte rows */
-            bf16 v[ST_SPL][TK_STEP_MAX_HD];
+            bf16 k[ST_SPL][TK_STEP_MAX_HD + 8]; /* + 8: conflict-free ldmatrix rows */
+            bf16 v[ST_SPL][TK_STEP_MAX_HD + 8];
         } kv;
         float ws[1]; /* the merge: n_splits x G x (hd + 4) floats */
     }
@@ -83,7 +84,7 @@ struct st_att {
  * global load after the q arrives would be one more L2 round trip), and
  * the RoPE rotation of its position (the same in every layer). */
 struct st_consts {
-    int ctx, pos;
+    int ctx, pos, spl, n_sp; /* spl positions per attention split, n_sp splits */
     int64_t slot;
     float cos[TK_STEP_MAX_HD / 2], sin[TK_STEP_MAX_HD / 2];
 };
@@ -183,9 +184,8 @@ static __device__ __forceinline__ size_t st_stride(void)
     return (size_t)gridDim.x * ST_NW * ST_C * ST_REC * 16;
 }
 
-static __device__ __forceinline__ void st_start(st_cur &k, const tk_step_op *ops, int op, int warp)
+static __device__ __forceinline__ void st_start(st_cur &k, const tk_step_op &o, int op, int warp)
 {
-    const tk_step_op &o = ops[op];
     int per = ST_NW >> o.lks;
     k.op = op, k.c = 0, k.tiles = o.tiles;
     k.src = (const char *)o.rec + (size_t)(blockIdx.x * ST_NW + warp) * ST_C * ST_REC * 16;
@@ -218,7 +218,7 @@ static __device__ __forceinline__ int st_advance(st_cur &c, const tk_step_op *op
         int n = st_next(c, G);
         if (n == 0) {
             if (c.op + 1 < n_ops)
-                st_start(c, ops, c.op + 1, warp);
+                st_start(c, ops[c.op + 1], c.op + 1, warp);
             else
                 c.op++;
             continue;
@@ -422,23 +422,27 @@ static __device__ __forceinline__ void st_cp16(void *dst, const void *src)
                  : "memory");
 }
 
-/* The residual row r's place in the block's stash for the o / down op with
- * 1 << lks warps per tile (the tiles this block's epilogue writes: the
- * finish loop's index), or -1 when another block writes it. */
-static __device__ __forceinline__ int st_stash_at(int r, int lks)
+/* The residual rows the block's o / down epilogue adds to (1 << lks warps
+ * per tile: the tiles of the finish loop, slot by slot) from the staged
+ * residual res (n values) into stash, by the whole block. */
+static __device__ __forceinline__ void st_stash(const float *res, int n, int lks, float *stash)
 {
-    int per = ST_NW >> lks, tile = r >> 4, span = gridDim.x * per;
-    int l2 = tile / span, rem = tile - l2 * span;
-    if (rem / per != (int)blockIdx.x) return -1;
-    return ((l2 * per + rem % per) << 4) | (r & 15);
+    static_assert(ST_NW == 16, "tiles per block and round: 16 >> lks");
+    const int lp = 4 - lks, per = 1 << lp, ne = min(ST_LT * per, TK_STEP_STASH_TILES) * 16;
+    for (int e = threadIdx.x; e < ne; e += ST_NW * 32) {
+        int idx = e >> 4, gi = idx & (per - 1), l2 = idx >> lp;
+        int r = ((blockIdx.x + l2 * gridDim.x) * per + gi) * 16 + (e & 15);
+        if (r < n) stash[e] = res[r];
+    }
 }
 
 /* xs = bf16(res * rsqrt(mean(res^2) + eps) * w) (as f16 times xmul, with
  * xsum's (X, Y) per group, as ll_copy), every block for itself;
  * res from the embedding (plain, written before the launch) or from the
  * previous projection's LL lines, staged as F32 in the block's idle
- * region (the same thread writes and reads its pairs). The rows the next
- * o / down epilogue adds to (stash_lks >= 0) go to stash. */
+ * region (the same thread writes and reads its pairs until the block
+ * barrier). The rows the next o / down epilogue adds to (stash_lks >= 0) go
+ * to stash. */
 static __device__ float st_norm(const float *plain, const uint4 *ll, uint32_t f, int n,
                                 const bf16 *w, float eps, bf16 *xs, float2 *xsum, float *red,
                                 float2 *stage, float *stash, int stash_lks, float xmul)
@@ -479,11 +483,8 @@ static __device__ float st_norm(const float *plain, const uint4 *ll, uint32_t f,
         p += __shfl_xor_sync(0xffffffffu, p, 4), p += __shfl_xor_sync(0xffffffffu, p, 1);
         float p1 = __shfl_xor_sync(0xffffffffu, p, 2);
         if ((threadIdx.x & 31) == 0) xsum[i / 32] = make_float2(p + p1, fmaf(p1, 0.0625f, p));
-        if (stash_lks >= 0) {
-            int s0 = st_stash_at(2 * i, stash_lks);
-            if (s0 >= 0) stash[s0] = v.x, stash[s0 + 1] = v.y;
-        }
     }
+    if (stash_lks >= 0) st_stash((const float *)stage, n, stash_lks, stash); /* after the barrier */
     return mx;
 }
 
@@ -581,14 +582,19 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
     }
     __syncthreads();
     st_stamp(a, op, 4);
-    for (int i = tid; i < G * hd; i += nt) {
-        int g = i / hd, d = i % hd;
-        S->qf[i] = __fmul_rn(st_rope(S->q + g * hd, d, a.rot, P), a.scale);
+    /* q roped (bf16, as the op-by-op path rounds it), rows G .. 7 zero: the
+     * q . k MMA's B operand */
+    bf16 *qb = (bf16 *)S->qf;
+    for (int i = tid; i < TK_STEP_MAX_G * hd; i += nt) {
+        int g = i / hd, d = i - g * hd;
+        qb[i] =
+            g < G ? __float2bfloat16(st_rope(S->q + g * hd, d, a.rot, P)) : __float2bfloat16(0.0f);
     }
     if (tid < G) S->m[tid] = -INFINITY, S->l[tid] = 0.0f;
-    float acc[ST_ATT_PER];
-#pragma unroll
-    for (int j = 0; j < ST_ATT_PER; j++) acc[j] = 0.0f;
+    /* p . v: warp w < hd / 8 holds dims 8 w .. 8 w + 7 of q head g (lanes g < G)
+     * in the MMA's accumulator layout (dims 8 w + 2 t, + 1) */
+    const int warp = tid >> 5, lane = tid & 31, g4 = lane >> 2, t4 = lane & 3;
+    float o2[2] = {0.0f, 0.0f};
     for (int q0 = p0; q0 < p1; q0 += ST_SPL) {
         int n = min(ST_SPL, p1 - q0);
         if (q0 != p0) {
@@ -606,33 +612,38 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
                     kc[(slot * a.nkv + h) * hd + d] = kv, vc[(slot * a.nkv + h) * hd + d] = vv;
             }
         }
+        const int n16 = (n + 15) & ~15;
+        for (int i = n * hd + tid; i < n16 * hd; i += nt) /* rows past n: zero, not stale (p . v) */
+            S->u.kv.v[i / hd][i % hd] = __float2bfloat16(0.0f);
         asm volatile("cp.async.wait_all;" ::: "memory");
         __syncthreads();
         if (q0 == p0) st_stamp(a, op, 5);
-        for (int i = tid; i < G * ST_SPL; i += nt) { /* q . k: a thread per (q head, position) */
-            int g = i / ST_SPL, p = i % ST_SPL;
-            if (p >= n) continue;
-            const uint4 *kr = (const uint4 *)S->u.kv.k[p];
-            const float4 *qr = (const float4 *)(S->qf + g * hd);
-            float d0 = 0.0f, d1 = 0.0f;
-            for (int j = 0; j < hd / 8; j++) {
-                uint4 kw = kr[j];
-                float4 qa = qr[2 * j], qb = qr[2 * j + 1];
-                const bf16 *k = (const bf16 *)&kw;
-                d0 = fmaf(qa.x, __bfloat162float(k[0]), d0),
-                d1 = fmaf(qa.y, __bfloat162float(k[1]), d1);
-                d0 = fmaf(qa.z, __bfloat162float(k[2]), d0),
-                d1 = fmaf(qa.w, __bfloat162float(k[3]), d1);
-                d0 = fmaf(qb.x, __bfloat162float(k[4]), d0),
-                d1 = fmaf(qb.y, __bfloat162float(k[5]), d1);
-                d0 = fmaf(qb.z, __bfloat162float(k[6]), d0),
-                d1 = fmaf(qb.w, __bfloat162float(k[7]), d1);
+        if (warp < n16 / 16) { /* q . k: warp w, positions 16 w .. 16 w + 15 against the G heads */
+            float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            const bf16 *krow = &S->u.kv.k[16 * warp + (lane & 15)][8 * (lane >> 4)];
+            const uint32_t *qg = (const uint32_t *)(qb + g4 * hd) + t4;
+            for (int ks = 0; ks < hd / 16; ks += 2) { /* two chains */
+                uint32_t k0, k1, k2, k3;
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                             : "=r"(k0), "=r"(k1), "=r"(k2), "=r"(k3)
+                             : "r"(tk_smem_u32(krow + 16 * ks)));
+                tk_mma_bf16(c0, k0, k1, k2, k3, qg[8 * ks], qg[8 * ks + 4]);
+                if (ks + 1 == hd / 16) break; /* hd % 32 == 16 */
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                             : "=r"(k0), "=r"(k1), "=r"(k2), "=r"(k3)
+                             : "r"(tk_smem_u32(krow + 16 * ks + 16)));
+                tk_mma_bf16(c1, k0, k1, k2, k3, qg[8 * ks + 8], qg[8 * ks + 12]);
             }
-            S->s[g][p] = d0 + d1;
+            /* rows: positions 16 w + g4 (c[0 .. 1]) and + 8 (c[2 .. 3]); columns: heads 2 t4, + 1
+             */
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int head = 2 * t4 + (e & 1), p = 16 * warp + g4 + 8 * (e >> 1);
+                if (head < G && p < n) S->s[head][p] = __fmul_rn(c0[e] + c1[e], a.scale);
+            }
         }
         __syncthreads();
         if (q0 == p0) st_stamp(a, op, 9);
-        int warp = tid >> 5, lane = tid & 31;
         for (int g = warp; g < G; g += ST_NW) { /* the online softmax of q head g */
             float v0 = lane < n ? S->s[g][lane] : -INFINITY;
             float v1 = lane + 32 < n ? S->s[g][lane + 32] : -INFINITY;
@@ -648,18 +659,45 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         }
         __syncthreads();
         if (q0 == p0) st_stamp(a, op, 10);
-#pragma unroll
-        for (int j = 0; j < ST_ATT_PER; j++) { /* p . v */
-            int i = tid + j * nt;
-            if (i >= G * hd) break;
-            int g = i / hd, d = i % hd;
-            float sacc = 0.0f;
-            for (int p = 0; p < n; p++)
-                sacc = fmaf(S->s[g][p], __bfloat162float(S->u.kv.v[p][d]), sacc);
-            acc[j] = fmaf(acc[j], S->fac[g], sacc);
+        if (warp < hd / 8) { /* p . v: p split into bf16 hi + lo (16 bits of it), v as it is */
+            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int kk = 0; kk < n16 / 16; kk++) {
+                uint32_t v0, v1;
+                asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];"
+                             : "=r"(v0), "=r"(v1)
+                             : "r"(tk_smem_u32(&S->u.kv.v[16 * kk + (lane & 15)][8 * warp])));
+                uint32_t h0 = 0u, l0 = 0u, h2 = 0u, l2 = 0u;
+                if (g4 < G) {
+                    float2 pa = *(const float2 *)&S->s[g4][16 * kk + 2 * t4];
+                    float2 pb = *(const float2 *)&S->s[g4][16 * kk + 2 * t4 + 8];
+                    __nv_bfloat162 ha = __floats2bfloat162_rn(pa.x, pa.y);
+                    __nv_bfloat162 hb = __floats2bfloat162_rn(pb.x, pb.y);
+                    float2 fa = __bfloat1622float2(ha), fb = __bfloat1622float2(hb);
+                    __nv_bfloat162 la = __floats2bfloat162_rn(pa.x - fa.x, pa.y - fa.y);
+                    __nv_bfloat162 lb = __floats2bfloat162_rn(pb.x - fb.x, pb.y - fb.y);
+                    h0 = *(const uint32_t *)&ha, h2 = *(const uint32_t *)&hb;
+                    l0 = *(const uint32_t *)&la, l2 = *(const uint32_t *)&lb;
+                }
+                tk_mma_bf16(c, h0, 0u, h2, 0u, v0, v1);
+                tk_mma_bf16(c, l0, 0u, l2, 0u, v0, v1);
+            }
+            if (g4 < G) {
+                float fc = S->fac[g4];
+                o2[0] = fmaf(o2[0], fc, c[0]), o2[1] = fmaf(o2[1], fc, c[1]);
+            }
         }
     }
+    __syncthreads();   /* every pass's reads of qb */
+    float *of = S->qf; /* the output sums as [G][hd], for the thread-per-value code below */
+    if (warp < hd / 8 && g4 < G)
+        *(float2 *)&of[g4 * hd + 8 * warp + 2 * t4] = make_float2(o2[0], o2[1]);
     __syncthreads();
+    float acc[ST_ATT_PER];
+#pragma unroll
+    for (int j = 0; j < ST_ATT_PER; j++) {
+        int i = tid + j * nt;
+        acc[j] = i < G * hd ? of[i] : 0.0f;
+    }
     st_stamp(a, op, 6);
     uint4 *out = st_ll(a, layer, a.ll_attn) + h * G * hd / 4;
     if (n_sp == 1) { /* one split: the output directly */
@@ -720,16 +758,19 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
     }
     __syncthreads();
     st_stamp(a, op, 7);
-    if (tid < G) { /* per q head, in split order: each split's factor (at hd + 2), the total */
+    if (warp <
+        G) { /* per q head a warp, a lane per split: each split's factor (at hd + 2), the total */
         float M = -INFINITY, L = 0.0f;
-        for (int s2 = 0; s2 < n_sp; s2++) M = fmaxf(M, ws[(s2 * G + tid) * ast + hd]);
-        for (int s2 = 0; s2 < n_sp; s2++) {
-            float *e = ws + (s2 * G + tid) * ast;
+        for (int s2 = lane; s2 < n_sp; s2 += 32) M = fmaxf(M, ws[(s2 * G + warp) * ast + hd]);
+        M = tk_warp_max(M);
+        for (int s2 = lane; s2 < n_sp; s2 += 32) {
+            float *e = ws + (s2 * G + warp) * ast;
             float fc = e[hd] == -INFINITY ? 0.0f : __expf(e[hd] - M);
             e[hd + 2] = fc;
             L = fmaf(e[hd + 1], fc, L);
         }
-        S->fac[tid] = L;
+        L = tk_warp_sum(L);
+        if (lane == 0) S->fac[warp] = L;
     }
     __syncthreads();
 #pragma unroll
@@ -821,7 +862,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
     __syncwarp();
     const int n_ops = 4 * a.n_layers + 1;
     st_cur c;
-    st_start(c, a.ops, 0, warp);
+    st_start(c, a.ops[0], 0, warp);
     uint32_t issued = 0, used = 0;
     const char *nsrc = NULL; /* the next chunk to issue: nn records at nsrc */
     int nn = a.tune & 128 ? 0 : st_advance(c, a.ops, n_ops, warp, nsrc);
@@ -837,9 +878,11 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
     if (threadIdx.x == 0) P.ctx = __ldg(a.seq_len), P.pos = __ldg(a.pos), P.slot = __ldg(a.slot);
     if (threadIdx.x == 0) /* launches run in stream order, each adds gridDim.x */
         flag_s = (uint32_t)(atomicAdd(a.epoch, 1ull) / gridDim.x) + 1u;
-    const int ctx = __ldg(a.seq_len);
-    int spl = ST_SPL * ((ctx + ST_SPL * a.max_splits - 1) / (ST_SPL * a.max_splits));
-    int n_sp = (ctx + spl - 1) / spl;
+    if (threadIdx.x == 0) {
+        int ctx = __ldg(a.seq_len);
+        P.spl = ST_SPL * ((ctx + ST_SPL * a.max_splits - 1) / (ST_SPL * a.max_splits));
+        P.n_sp = (ctx + P.spl - 1) / P.spl;
+    }
     const uint32_t magic = 0x64006400u; /* f16 1024 in each half */
     __syncthreads();
     for (int op = 0; op < n_ops; op++) {
@@ -849,7 +892,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         int layer = op / 4, prev = layer - (o.kind == ST_QKV || o.kind == ST_LM);
         __syncthreads(); /* the last op's epilogue is done with parts and stash */
         st_stamp(a, op, 0);
-        if (o.kind == ST_QKV) st_kv_prefetch(a, layer, n_sp, spl, ctx);
+        if (o.kind == ST_QKV) st_kv_prefetch(a, layer, P.n_sp, P.spl, P.ctx);
         if (a.pf && (a.pf_ops >> o.kind & 1) && lane == 0) st_l2_ahead(c, nsrc, nn, a, n_ops, warp);
         if (threadIdx.x == 0) xscale = 1.0f; /* ordered before st_finish by the barriers below */
         /* x as f16 (times xmul), into xs and xsum; the largest magnitude */
@@ -872,8 +915,8 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         if (a.tune & 8) { /* experiment: no phases (x as it is) */
         } else {
             if (o.kind == ST_O) /* the attention, then its output as x */
-                for (int it = blockIdx.x; it < a.nkv * n_sp; it += gridDim.x) {
-                    st_att_item(a, &P, op, layer, it / n_sp, it % n_sp, n_sp, spl, att, f);
+                for (int it = blockIdx.x; it < a.nkv * P.n_sp; it += gridDim.x) {
+                    st_att_item(a, &P, op, layer, it / P.n_sp, it % P.n_sp, P.n_sp, P.spl, att, f);
                     __syncthreads(); /* the item's shared memory before the next */
                 }
             mx = write_x(1.0f);
@@ -895,7 +938,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         st_stamp(a, op, 1);
         int grp = warp >> o.lks, j = warp & ((1 << o.lks) - 1);
         st_cur k;
-        st_start(k, a.ops, op, warp);
+        st_start(k, o, op, warp); /* o: no reload from global at x ready */
         int li = 0;
         float acc[2] = {0.0f, 0.0f};
         for (;;) {
