@@ -239,19 +239,6 @@ static __device__ __forceinline__ void st_issue(const char *src, int n, uint32_t
     st_bulk(ring0 + stg * ST_C * ST_REC * 16, src, (uint32_t)n * ST_REC * 16, bar0 + 8 * stg, pol);
 }
 
-/* Lane 0: the a.pf chunks after the ring's next (n records at src, the
- * cursor c past them) into L2, so the stream goes on while x is awaited. */
-static __device__ __forceinline__ void st_l2_ahead(st_cur c, const char *src, int n,
-                                                   const tk_step_args &a, int n_ops, int warp)
-{
-    for (int i = 0; i < a.pf && n; i++) {
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src),
-                     "r"((uint32_t)n * ST_REC * 16)
-                     : "memory");
-        n = st_advance(c, a.ops, n_ops, warp, src);
-    }
-}
-
 /* Stamp k of (op, block) when a.stamps is set (TERN_CUDA_STEP_STAMPS): 0-3
  * the op's start, x ready, GEMV done, epilogue done; 4-8 its attention
  * item's q ready, first K / V rows in, passes done, partials in (merger)
@@ -514,12 +501,15 @@ static __device__ __forceinline__ int64_t st_row(const tk_step_args &a, int p)
 static __device__ void st_kv_issue(const tk_step_args &a, const bf16 *kc, const bf16 *vc, int h,
                                    int q0, int n, int pos, st_att *S)
 {
-    const int hd = a.hd, nt = ST_NW * 32;
-    for (int i = threadIdx.x; i < 2 * n * (hd / 8); i += nt) {
-        int kv = i / (n * (hd / 8)), r = i % (n * (hd / 8)), p = r / (hd / 8), c = r % (hd / 8);
+    const int hd = a.hd, cpr = hd / 8, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int p = warp; p < n; p += ST_NW) { /* a row a warp: 16-byte chunks of k, then of v */
         if (q0 + p == pos) continue;
-        const bf16 *src = (kv ? vc : kc) + (st_row(a, q0 + p) * a.nkv + h) * hd + 8 * c;
-        st_cp16(kv ? &S->u.kv.v[p][8 * c] : &S->u.kv.k[p][8 * c], src);
+        const int64_t row = (st_row(a, q0 + p) * a.nkv + h) * hd;
+        for (int c = lane; c < 2 * cpr; c += 32) {
+            int kv = c >= cpr, cc = c - kv * cpr;
+            st_cp16(kv ? &S->u.kv.v[p][8 * cc] : &S->u.kv.k[p][8 * cc],
+                    (kv ? vc : kc) + row + 8 * cc);
+        }
     }
 }
 
@@ -529,15 +519,17 @@ static __device__ void st_kv_issue(const tk_step_args &a, const bf16 *kc, const 
  * them otherwise. */
 static __device__ void st_kv_prefetch(const tk_step_args &a, int layer, int n_sp, int spl, int ctx)
 {
-    const int hd = a.hd, nt = ST_NW * 32;
+    const int hd = a.hd, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int nl = (hd * 2 + 127) / 128; /* 128-byte lines per row */
     const char *kc = (const char *)a.kc[layer], *vc = (const char *)a.vc[layer];
     for (int it = blockIdx.x; it < a.nkv * n_sp; it += gridDim.x) {
         int h = it / n_sp, p0 = (it % n_sp) * spl, n = min(ctx, p0 + spl) - p0;
-        for (int i = threadIdx.x; i < 2 * n * nl; i += nt) {
-            int kv = i / (n * nl), r = i % (n * nl), p = r / nl, l = r % nl;
-            const char *src = (kv ? vc : kc) + ((st_row(a, p0 + p) * a.nkv + h) * hd) * 2 + 128 * l;
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(src));
+        for (int p = warp; p < n; p += ST_NW) { /* a row a warp */
+            int64_t row = ((st_row(a, p0 + p) * a.nkv + h) * hd) * 2;
+            for (int l = lane; l < 2 * nl; l += 32) {
+                const char *src = l < nl ? kc + row + 128 * l : vc + row + 128 * (l - nl);
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(src));
+            }
         }
     }
 }
@@ -893,47 +885,39 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         __syncthreads(); /* the last op's epilogue is done with parts and stash */
         st_stamp(a, op, 0);
         if (o.kind == ST_QKV) st_kv_prefetch(a, layer, P.n_sp, P.spl, P.ctx);
-        if (a.pf && (a.pf_ops >> o.kind & 1) && lane == 0) st_l2_ahead(c, nsrc, nn, a, n_ops, warp);
         if (threadIdx.x == 0) xscale = 1.0f; /* ordered before st_finish by the barriers below */
-        /* x as f16 (times xmul), into xs and xsum; the largest magnitude */
-        auto write_x = [&](float xmul) -> float {
-            if (o.kind == ST_O)
-                return ll_copy(st_ll(a, layer, a.ll_attn), o.in / 4, f, (uint2 *)xs, xsum, xmul);
-            if (o.kind == ST_DOWN) {
-                if (a.tune & 512) /* experiment: the act's lines in one batch */
-                    return ll_copy<8>(st_ll(a, layer, a.ll_act), o.in / 4, f, (uint2 *)xs, xsum,
-                                      xmul);
-                return ll_copy(st_ll(a, layer, a.ll_act), o.in / 4, f, (uint2 *)xs, xsum, xmul);
+        if (o.kind == ST_O && !(a.tune & 8)) /* the attention, then its output as x */
+            for (int it = blockIdx.x; it < a.nkv * P.n_sp; it += gridDim.x) {
+                st_att_item(a, &P, op, layer, it / P.n_sp, it % P.n_sp, P.n_sp, P.spl, att, f);
+                __syncthreads(); /* the item's shared memory before the next */
             }
-            const uint4 *src =
-                prev < 0 ? NULL : st_ll(a, prev, o.kind == ST_GU ? a.ll_res_o : a.ll_res_d);
-            return st_norm(prev < 0 ? a.res : NULL, src, f, o.in, (const bf16 *)o.norm_w, a.eps, xs,
-                           xsum, red, (float2 *)parts, stash,
-                           o.kind == ST_LM ? -1 : a.ops[op + 1].lks, xmul);
-        };
-        float mx = 0.0f;
-        if (a.tune & 8) { /* experiment: no phases (x as it is) */
-        } else {
-            if (o.kind == ST_O) /* the attention, then its output as x */
-                for (int it = blockIdx.x; it < a.nkv * P.n_sp; it += gridDim.x) {
-                    st_att_item(a, &P, op, layer, it / P.n_sp, it % P.n_sp, P.n_sp, P.spl, att, f);
-                    __syncthreads(); /* the item's shared memory before the next */
-                }
-            mx = write_x(1.0f);
-        }
-        /* the barrier after x also says whether a value was beyond f16 (rare:
-         * x again times 2^-e, the op's sums scaled back in st_finish; TUNE &
-         * 256 forces it with e = 1, for the test) */
-        if (__syncthreads_or(mx > 65504.0f || (a.tune & 256))) {
+        /* x as f16 times xmul into xs and xsum (one call site: the kernel's
+         * code is large enough); the barrier after it also says whether a
+         * value was beyond f16 (rare: x again times 2^-e, the op's sums
+         * scaled back in st_finish; TUNE & 256 forces it with e = 1, for the
+         * test) */
+        for (float xmul = 1.0f;;) {
+            float mx = 0.0f;
+            if (a.tune & 8) { /* experiment: no phases (x as it is) */
+            } else if (o.kind == ST_O || o.kind == ST_DOWN) {
+                mx = ll_copy(st_ll(a, layer, o.kind == ST_O ? a.ll_attn : a.ll_act), o.in / 4, f,
+                             (uint2 *)xs, xsum, xmul);
+            } else {
+                const uint4 *src =
+                    prev < 0 ? NULL : st_ll(a, prev, o.kind == ST_GU ? a.ll_res_o : a.ll_res_d);
+                mx = st_norm(prev < 0 ? a.res : NULL, src, f, o.in, (const bf16 *)o.norm_w, a.eps,
+                             xs, xsum, red, (float2 *)parts, stash,
+                             o.kind == ST_LM ? -1 : a.ops[op + 1].lks, xmul);
+            }
+            if (!__syncthreads_or(xmul == 1.0f && (mx > 65504.0f || (a.tune & 256)))) break;
             atomicMax(&xmax, __float_as_uint(mx)); /* magnitudes order as their bits */
             __syncthreads();
             float m = __uint_as_float(xmax);
-            float xmul =
-                isfinite(m) ? ldexpf(1.0f, -max(1, (int)ceilf(log2f(m / 32768.0f)))) : 1.0f;
             __syncthreads(); /* every thread has read xmax */
-            if (threadIdx.x == 0) xmax = 0u, xscale = 1.0f / xmul;
-            write_x(xmul);
-            __syncthreads();
+            if (threadIdx.x == 0) xmax = 0u;
+            if (!isfinite(m)) break; /* inf / nan: as they are (the op-by-op path's result) */
+            xmul = ldexpf(1.0f, -max(1, (int)ceilf(log2f(m / 32768.0f))));
+            if (threadIdx.x == 0) xscale = 1.0f / xmul;
         }
         st_stamp(a, op, 1);
         int grp = warp >> o.lks, j = warp & ((1 << o.lks) - 1);

@@ -56,16 +56,11 @@ typedef struct tk_step_args {
      * then its attention item's steps (TERN_CUDA_STEP_STAMPS) */
     unsigned long long *stamps;
     int depth; /* ring chunks in flight per warp, 1 .. 4 (TERN_CUDA_STEP_DEPTH) */
-    /* chunks per warp beyond its ring prefetched into L2 when an op of a
-     * kind in pf_ops (bit = kind: 1 qkv, 2 o, 4 gate_up, 8 down, 16
-     * lm_head) starts: the stream kept going while x is awaited
-     * (TERN_CUDA_STEP_PF, TERN_CUDA_STEP_PF_OPS) */
-    int pf, pf_ops;
-    int tune; /* experiments (TERN_CUDA_STEP_TUNE), timing only (WRONG logits): 8 skips
-               * every phase (x as it is), 16 every record's arithmetic, 128
-               * the weight stream (the arithmetic on what the rings hold);
-               * with right logits: 256 the f16 overflow path in
-               * every op, 512 the down op's x lines in one batch */
+    int tune;  /* experiments (TERN_CUDA_STEP_TUNE), timing only (WRONG logits): 8 skips
+                * every phase (x as it is), 16 every record's arithmetic, 128
+                * the weight stream (the arithmetic on what the rings hold);
+                * with right logits: 256 the f16 overflow path in
+                * every op, 512 the down op's x lines in one batch */
     void *kc[TK_STEP_MAX_LAYERS], *vc[TK_STEP_MAX_LAYERS];
 } tk_step_args;
 
