@@ -886,38 +886,43 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         st_stamp(a, op, 0);
         if (o.kind == ST_QKV) st_kv_prefetch(a, layer, P.n_sp, P.spl, P.ctx);
         if (threadIdx.x == 0) xscale = 1.0f; /* ordered before st_finish by the barriers below */
-        if (o.kind == ST_O && !(a.tune & 8)) /* the attention, then its output as x */
-            for (int it = blockIdx.x; it < a.nkv * P.n_sp; it += gridDim.x) {
-                st_att_item(a, &P, op, layer, it / P.n_sp, it % P.n_sp, P.n_sp, P.spl, att, f);
-                __syncthreads(); /* the item's shared memory before the next */
-            }
-        /* x as f16 times xmul into xs and xsum (one call site: the kernel's
-         * code is large enough); the barrier after it also says whether a
-         * value was beyond f16 (rare: x again times 2^-e, the op's sums
-         * scaled back in st_finish; TUNE & 256 forces it with e = 1, for the
-         * test) */
-        for (float xmul = 1.0f;;) {
-            float mx = 0.0f;
-            if (a.tune & 8) { /* experiment: no phases (x as it is) */
-            } else if (o.kind == ST_O || o.kind == ST_DOWN) {
-                mx = ll_copy(st_ll(a, layer, o.kind == ST_O ? a.ll_attn : a.ll_act), o.in / 4, f,
-                             (uint2 *)xs, xsum, xmul);
-            } else {
-                const uint4 *src =
-                    prev < 0 ? NULL : st_ll(a, prev, o.kind == ST_GU ? a.ll_res_o : a.ll_res_d);
-                mx = st_norm(prev < 0 ? a.res : NULL, src, f, o.in, (const bf16 *)o.norm_w, a.eps,
-                             xs, xsum, red, (float2 *)parts, stash,
-                             o.kind == ST_LM ? -1 : a.ops[op + 1].lks, xmul);
-            }
-            if (!__syncthreads_or(xmul == 1.0f && (mx > 65504.0f || (a.tune & 256)))) break;
+        /* x as f16 (times xmul), into xs and xsum; the largest magnitude */
+        auto write_x = [&](float xmul) -> float {
+            if (o.kind == ST_O)
+                return ll_copy(st_ll(a, layer, a.ll_attn), o.in / 4, f, (uint2 *)xs, xsum, xmul);
+            if (o.kind == ST_DOWN)
+                return ll_copy(st_ll(a, layer, a.ll_act), o.in / 4, f, (uint2 *)xs, xsum, xmul);
+            const uint4 *src =
+                prev < 0 ? NULL : st_ll(a, prev, o.kind == ST_GU ? a.ll_res_o : a.ll_res_d);
+            return st_norm(prev < 0 ? a.res : NULL, src, f, o.in, (const bf16 *)o.norm_w, a.eps, xs,
+                           xsum, red, (float2 *)parts, stash,
+                           o.kind == ST_LM ? -1 : a.ops[op + 1].lks, xmul);
+        };
+        float mx = 0.0f;
+        if (a.tune & 8) { /* experiment: no phases (x as it is) */
+        } else {
+            if (o.kind == ST_O) /* the attention, then its output as x */
+                for (int it = blockIdx.x; it < a.nkv * P.n_sp; it += gridDim.x) {
+                    st_att_item(a, &P, op, layer, it / P.n_sp, it % P.n_sp, P.n_sp, P.spl, att, f);
+                    __syncthreads(); /* the item's shared memory before the next */
+                }
+            mx = write_x(1.0f);
+        }
+        /* the barrier after x also says whether a value was beyond f16 (rare:
+         * x again times 2^-e, the op's sums scaled back in st_finish; TUNE &
+         * 256 forces it with e = 1, for the test). (One call site of write_x
+         * with this as a second pass made the kernel 40% smaller and the
+         * GEMV loop slower: its registers rematerialised, docs/perf/quant.md.) */
+        if (__syncthreads_or(mx > 65504.0f || (a.tune & 256))) {
             atomicMax(&xmax, __float_as_uint(mx)); /* magnitudes order as their bits */
             __syncthreads();
             float m = __uint_as_float(xmax);
+            float xmul =
+                isfinite(m) ? ldexpf(1.0f, -max(1, (int)ceilf(log2f(m / 32768.0f)))) : 1.0f;
             __syncthreads(); /* every thread has read xmax */
-            if (threadIdx.x == 0) xmax = 0u;
-            if (!isfinite(m)) break; /* inf / nan: as they are (the op-by-op path's result) */
-            xmul = ldexpf(1.0f, -max(1, (int)ceilf(log2f(m / 32768.0f))));
-            if (threadIdx.x == 0) xscale = 1.0f / xmul;
+            if (threadIdx.x == 0) xmax = 0u, xscale = 1.0f / xmul;
+            write_x(xmul);
+            __syncthreads();
         }
         st_stamp(a, op, 1);
         int grp = warp >> o.lks, j = warp & ((1 << o.lks) - 1);
