@@ -358,7 +358,7 @@ static __device__ __forceinline__ uint32_t st_f16x2(float a, float b, float xmul
  * a half-warp); returns the thread's largest magnitude (st_f16x2). NULL:
  * the residual's F32 pairs as they are. */
 template <int N = ST_LLB>
-static __device__ float ll_copy(const uint4 *src, int n, uint32_t f, uint2 *dst, float2 *xsum,
+static __device__ __noinline__ float ll_copy(const uint4 *src, int n, uint32_t f, uint2 *dst, float2 *xsum,
                                 float xmul)
 {
     float mx = 0.0f;
@@ -430,7 +430,7 @@ static __device__ __forceinline__ void st_stash(const float *res, int n, int lks
  * region (the same thread writes and reads its pairs until the block
  * barrier). The rows the next o / down epilogue adds to (stash_lks >= 0) go
  * to stash. */
-static __device__ float st_norm(const float *plain, const uint4 *ll, uint32_t f, int n,
+static __device__ __noinline__ float st_norm(const float *plain, const uint4 *ll, uint32_t f, int n,
                                 const bf16 *w, float eps, bf16 *xs, float2 *xsum, float *red,
                                 float2 *stage, float *stash, int stash_lks, float xmul)
 {
@@ -502,9 +502,16 @@ static __device__ void st_kv_issue(const tk_step_args &a, const bf16 *kc, const 
                                    int q0, int n, int pos, st_att *S)
 {
     const int hd = a.hd, cpr = hd / 8, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int p = warp; p < n; p += ST_NW) { /* a row a warp: 16-byte chunks of k, then of v */
+    /* a row a warp (rows warp + ST_NW j): lane j looks its row up (one L2
+     * round trip for all, not one per row), then 16-byte chunks of k and v */
+    static_assert(ST_SPL / ST_NW <= 32, "a lane per row of the warp");
+    const int pl = warp + ST_NW * lane;
+    int64_t rl = lane < ST_SPL / ST_NW && pl < n ? (st_row(a, q0 + pl) * a.nkv + h) * hd : 0;
+    for (int j = 0; j < ST_SPL / ST_NW; j++) {
+        int p = warp + ST_NW * j;
+        int64_t row = __shfl_sync(0xffffffffu, rl, j);
+        if (p >= n) break;
         if (q0 + p == pos) continue;
-        const int64_t row = (st_row(a, q0 + p) * a.nkv + h) * hd;
         for (int c = lane; c < 2 * cpr; c += 32) {
             int kv = c >= cpr, cc = c - kv * cpr;
             st_cp16(kv ? &S->u.kv.v[p][8 * cc] : &S->u.kv.k[p][8 * cc],
@@ -517,18 +524,23 @@ static __device__ void st_kv_issue(const tk_step_args &a, const bf16 *kc, const 
  * at the qkv op's start: they come from DRAM behind the rings' copies
  * (~5 us of queue under the weight stream), and the attention waits on
  * them otherwise. */
-static __device__ void st_kv_prefetch(const tk_step_args &a, int layer, int n_sp, int spl, int ctx)
+static __device__ __noinline__ void st_kv_prefetch(const tk_step_args &a, int layer, int n_sp, int spl, int ctx)
 {
     const int hd = a.hd, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int nl = (hd * 2 + 127) / 128; /* 128-byte lines per row */
     const char *kc = (const char *)a.kc[layer], *vc = (const char *)a.vc[layer];
     for (int it = blockIdx.x; it < a.nkv * n_sp; it += gridDim.x) {
         int h = it / n_sp, p0 = (it % n_sp) * spl, n = min(ctx, p0 + spl) - p0;
-        for (int p = warp; p < n; p += ST_NW) { /* a row a warp */
-            int64_t row = ((st_row(a, p0 + p) * a.nkv + h) * hd) * 2;
-            for (int l = lane; l < 2 * nl; l += 32) {
-                const char *src = l < nl ? kc + row + 128 * l : vc + row + 128 * (l - nl);
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(src));
+        for (int p = warp + ST_NW * lane; p - ST_NW * lane < n; p += ST_NW * 32) {
+            /* 32 rows of the warp (a row a lane, looked up at once), then each row's lines */
+            int64_t rl = p < n ? ((st_row(a, p0 + p) * a.nkv + h) * hd) * 2 : 0;
+            for (int j = 0; j < 32; j++) {
+                int64_t row = __shfl_sync(0xffffffffu, rl, j);
+                if (p - ST_NW * lane + ST_NW * j >= n) break;
+                for (int l = lane; l < 2 * nl; l += 32) {
+                    const char *src = l < nl ? kc + row + 128 * l : vc + row + 128 * (l - nl);
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(src));
+                }
             }
         }
     }
@@ -548,7 +560,7 @@ static __device__ __forceinline__ void st_put4(uint4 *dst, int i, float x, bool 
  * splits' partial sums go out as LL lines; the last split of the head
  * (the item a block reaches last, so no block waits on an item behind it)
  * merges them in split order into the head's output lines. */
-static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, int op, int layer,
+static __device__ __noinline__ void st_att_item(const tk_step_args &a, const st_consts *P, int op, int layer,
                                    int h, int sp, int n_sp, int spl, st_att *S, uint32_t f)
 {
     const int G = a.nq / a.nkv, hd = a.hd, tid = threadIdx.x, nt = ST_NW * 32;
@@ -831,7 +843,7 @@ static __device__ void st_finish(const tk_step_args &a, const tk_step_op &o, int
 
 /* ---------------------------------------------------------------- the step */
 
-static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_args a)
+static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const __grid_constant__ tk_step_args a)
 {
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ __align__(8) uint64_t bars[ST_NW][ST_S];
