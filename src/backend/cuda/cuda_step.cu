@@ -282,6 +282,9 @@ static __device__ __forceinline__ uint4 ll_load(const uint4 *p)
 
 /* ns a poller sleeps between polls of a line (TERN_CUDA_STEP_SPIN_NS) */
 static __constant__ unsigned st_spin_ns = 0;
+/* the same for the o op's x while the attention runs (TERN_CUDA_STEP_SPIN_O_NS):
+ * ~124 blocks poll those lines for ~10 us */
+static __constant__ unsigned st_spin_o_ns = 0;
 
 /* v, loaded from p, once its flags are f: the line's two data words. A
  * line that never comes (a bug) traps after ~2^34 cycles instead of
@@ -311,7 +314,7 @@ static __device__ __forceinline__ uint2 ll_ready(const uint4 *p, uint4 v, uint32
  * A line that never comes (a bug) traps after ~2^34 cycles. */
 template <int N = ST_LLB>
 static __device__ __forceinline__ void ll_gather(const uint4 *src, int base, int n, uint32_t f,
-                                                 uint4 *v)
+                                                 uint4 *v, unsigned ns = st_spin_ns)
 {
     const int nt = ST_NW * 32;
     unsigned pend = 0;
@@ -331,7 +334,7 @@ static __device__ __forceinline__ void ll_gather(const uint4 *src, int base, int
             t0 = clock64();
         else if (clock64() - t0 > (1ll << 34))
             __trap();
-        __nanosleep(st_spin_ns);
+        __nanosleep(ns);
 #pragma unroll
         for (int j = 0; j < N; j++)
             if (pend >> j & 1) v[j] = ll_load(src + base + threadIdx.x + j * nt);
@@ -358,14 +361,14 @@ static __device__ __forceinline__ uint32_t st_f16x2(float a, float b, float xmul
  * a half-warp); returns the thread's largest magnitude (st_f16x2). NULL:
  * the residual's F32 pairs as they are. */
 template <int N = ST_LLB>
-static __device__ __noinline__ float ll_copy(const uint4 *src, int n, uint32_t f, uint2 *dst, float2 *xsum,
-                                float xmul)
+static __device__ __noinline__ float ll_copy(const uint4 *src, int n, uint32_t f, uint2 *dst,
+                                             float2 *xsum, float xmul, unsigned ns = st_spin_ns)
 {
     float mx = 0.0f;
     const int nt = ST_NW * 32;
     for (int base = 0; base < n; base += N * nt) { /* block-uniform: the lanes shuffle */
         uint4 v[N];
-        ll_gather<N>(src, base, n, f, v);
+        ll_gather<N>(src, base, n, f, v, ns);
 #pragma unroll
         for (int j = 0; j < N; j++) {
             int i = base + threadIdx.x + j * nt;
@@ -431,8 +434,9 @@ static __device__ __forceinline__ void st_stash(const float *res, int n, int lks
  * barrier). The rows the next o / down epilogue adds to (stash_lks >= 0) go
  * to stash. */
 static __device__ __noinline__ float st_norm(const float *plain, const uint4 *ll, uint32_t f, int n,
-                                const bf16 *w, float eps, bf16 *xs, float2 *xsum, float *red,
-                                float2 *stage, float *stash, int stash_lks, float xmul)
+                                             const bf16 *w, float eps, bf16 *xs, float2 *xsum,
+                                             float *red, float2 *stage, float *stash, int stash_lks,
+                                             float xmul)
 {
     float mx = 0.0f;
     const int nt = ST_NW * 32, nl = n / 2;
@@ -524,7 +528,8 @@ static __device__ void st_kv_issue(const tk_step_args &a, const bf16 *kc, const 
  * at the qkv op's start: they come from DRAM behind the rings' copies
  * (~5 us of queue under the weight stream), and the attention waits on
  * them otherwise. */
-static __device__ __noinline__ void st_kv_prefetch(const tk_step_args &a, int layer, int n_sp, int spl, int ctx)
+static __device__ __noinline__ void st_kv_prefetch(const tk_step_args &a, int layer, int n_sp,
+                                                   int spl, int ctx)
 {
     const int hd = a.hd, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int nl = (hd * 2 + 127) / 128; /* 128-byte lines per row */
@@ -560,8 +565,9 @@ static __device__ __forceinline__ void st_put4(uint4 *dst, int i, float x, bool 
  * splits' partial sums go out as LL lines; the last split of the head
  * (the item a block reaches last, so no block waits on an item behind it)
  * merges them in split order into the head's output lines. */
-static __device__ __noinline__ void st_att_item(const tk_step_args &a, const st_consts *P, int op, int layer,
-                                   int h, int sp, int n_sp, int spl, st_att *S, uint32_t f)
+static __device__ __noinline__ void st_att_item(const tk_step_args &a, const st_consts *P, int op,
+                                                int layer, int h, int sp, int n_sp, int spl,
+                                                st_att *S, uint32_t f)
 {
     const int G = a.nq / a.nkv, hd = a.hd, tid = threadIdx.x, nt = ST_NW * 32;
     const int ctx = P->ctx, pos = P->pos;
@@ -843,7 +849,8 @@ static __device__ void st_finish(const tk_step_args &a, const tk_step_op &o, int
 
 /* ---------------------------------------------------------------- the step */
 
-static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const __grid_constant__ tk_step_args a)
+static __global__ void __launch_bounds__(ST_NW * 32, 1)
+    k_step(const __grid_constant__ tk_step_args a)
 {
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ __align__(8) uint64_t bars[ST_NW][ST_S];
@@ -901,7 +908,8 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const __grid_cons
         /* x as f16 (times xmul), into xs and xsum; the largest magnitude */
         auto write_x = [&](float xmul) -> float {
             if (o.kind == ST_O)
-                return ll_copy(st_ll(a, layer, a.ll_attn), o.in / 4, f, (uint2 *)xs, xsum, xmul);
+                return ll_copy(st_ll(a, layer, a.ll_attn), o.in / 4, f, (uint2 *)xs, xsum, xmul,
+                               st_spin_o_ns);
             if (o.kind == ST_DOWN)
                 return ll_copy(st_ll(a, layer, a.ll_act), o.in / 4, f, (uint2 *)xs, xsum, xmul);
             const uint4 *src =
@@ -1024,9 +1032,11 @@ extern "C" cudaError_t tk_step_launch(cudaStream_t st, const tk_step_args *a, in
                                        args, tk_step_smem_bytes(), st);
 }
 
-extern "C" cudaError_t tk_step_set_spin(unsigned ns)
+extern "C" cudaError_t tk_step_set_spin(unsigned ns, unsigned ns_o)
 {
-    return cudaMemcpyToSymbol(st_spin_ns, &ns, sizeof ns);
+    cudaError_t e = cudaMemcpyToSymbol(st_spin_ns, &ns, sizeof ns);
+    if (e != cudaSuccess) return e;
+    return cudaMemcpyToSymbol(st_spin_o_ns, &ns_o, sizeof ns_o);
 }
 
 extern "C" cudaError_t tk_step_fits(int *blocks_per_sm)

@@ -101,9 +101,10 @@ cudaError_t tk_step_fits(int *blocks_per_sm);
  * tk_step_tiles(rows, glu_f)). */
 cudaError_t tk_step_repack(cudaStream_t st, const void *q, const void *scales, const void *biases,
                            int64_t rows, int64_t in, int64_t glu_f, int grid, int lks, void *rec);
-/* ns between a poller's polls of a line not yet written (default 0: polling
+/* ns between a poller's polls of a line not yet written, and (ns_o) of the o
+ * op's x lines during the attention (default 0: polling
  * faster measured faster, 0 / 32 / 256 / 1000 ns: 474.7 / 472.2 / 452.2 / 430.2 tok/s). */
-cudaError_t tk_step_set_spin(unsigned ns);
+cudaError_t tk_step_set_spin(unsigned ns, unsigned ns_o);
 /* The step on grid blocks (one per SM), cooperatively. */
 cudaError_t tk_step_launch(cudaStream_t st, const tk_step_args *a, int grid);
 
