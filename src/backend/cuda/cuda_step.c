@@ -231,9 +231,10 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
     /* experiments (docs/perf/quant.md): ring depth, poll sleep, timing-only
      * variants; a value out of range is ignored with a warning */
     a->depth = env_int("TERN_CUDA_STEP_DEPTH", 1, 4, 4);
-    tk_step_set_spin((unsigned)env_int("TERN_CUDA_STEP_SPIN_NS", 0, 100000, 0),
-                     (unsigned)env_int("TERN_CUDA_STEP_SPIN_O_NS", 0, 100000, 0));
-    a->tune = env_int("TERN_CUDA_STEP_TUNE", 0, 511, 0);
+    a->pf = env_int("TERN_CUDA_STEP_PF", 0, 64, 0);
+    a->pf_ops = env_int("TERN_CUDA_STEP_PF_OPS", 0, 31, 15);
+    tk_step_set_spin((unsigned)env_int("TERN_CUDA_STEP_SPIN_NS", 0, 100000, 0));
+    a->tune = env_int("TERN_CUDA_STEP_TUNE", 0, 4095, 0);
     if (a->tune & 152)
         tern_log(TERN_LOG_WARN,
                  "decode step kernel: TERN_CUDA_STEP_TUNE=%d gives wrong logits "

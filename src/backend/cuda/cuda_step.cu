@@ -239,6 +239,19 @@ static __device__ __forceinline__ void st_issue(const char *src, int n, uint32_t
     st_bulk(ring0 + stg * ST_C * ST_REC * 16, src, (uint32_t)n * ST_REC * 16, bar0 + 8 * stg, pol);
 }
 
+/* Lane 0: the a.pf chunks after the ring's next (n records at src, the
+ * cursor c past them) into L2, so the stream goes on while x is awaited. */
+static __device__ __forceinline__ void st_l2_ahead(st_cur c, const char *src, int n,
+                                                   const tk_step_args &a, int n_ops, int warp)
+{
+    for (int i = 0; i < a.pf && n; i++) {
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src),
+                     "r"((uint32_t)n * ST_REC * 16)
+                     : "memory");
+        n = st_advance(c, a.ops, n_ops, warp, src);
+    }
+}
+
 /* Stamp k of (op, block) when a.stamps is set (TERN_CUDA_STEP_STAMPS): 0-3
  * the op's start, x ready, GEMV done, epilogue done; 4-8 its attention
  * item's q ready, first K / V rows in, passes done, partials in (merger)
@@ -282,9 +295,6 @@ static __device__ __forceinline__ uint4 ll_load(const uint4 *p)
 
 /* ns a poller sleeps between polls of a line (TERN_CUDA_STEP_SPIN_NS) */
 static __constant__ unsigned st_spin_ns = 0;
-/* the same for the o op's x while the attention runs (TERN_CUDA_STEP_SPIN_O_NS):
- * ~124 blocks poll those lines for ~10 us */
-static __constant__ unsigned st_spin_o_ns = 0;
 
 /* v, loaded from p, once its flags are f: the line's two data words. A
  * line that never comes (a bug) traps after ~2^34 cycles instead of
@@ -314,7 +324,7 @@ static __device__ __forceinline__ uint2 ll_ready(const uint4 *p, uint4 v, uint32
  * A line that never comes (a bug) traps after ~2^34 cycles. */
 template <int N = ST_LLB>
 static __device__ __forceinline__ void ll_gather(const uint4 *src, int base, int n, uint32_t f,
-                                                 uint4 *v, unsigned ns = st_spin_ns)
+                                                 uint4 *v)
 {
     const int nt = ST_NW * 32;
     unsigned pend = 0;
@@ -334,7 +344,7 @@ static __device__ __forceinline__ void ll_gather(const uint4 *src, int base, int
             t0 = clock64();
         else if (clock64() - t0 > (1ll << 34))
             __trap();
-        __nanosleep(ns);
+        __nanosleep(st_spin_ns);
 #pragma unroll
         for (int j = 0; j < N; j++)
             if (pend >> j & 1) v[j] = ll_load(src + base + threadIdx.x + j * nt);
@@ -361,14 +371,14 @@ static __device__ __forceinline__ uint32_t st_f16x2(float a, float b, float xmul
  * a half-warp); returns the thread's largest magnitude (st_f16x2). NULL:
  * the residual's F32 pairs as they are. */
 template <int N = ST_LLB>
-static __device__ __noinline__ float ll_copy(const uint4 *src, int n, uint32_t f, uint2 *dst,
-                                             float2 *xsum, float xmul, unsigned ns = st_spin_ns)
+static __device__ float ll_copy(const uint4 *src, int n, uint32_t f, uint2 *dst, float2 *xsum,
+                                float xmul)
 {
     float mx = 0.0f;
     const int nt = ST_NW * 32;
     for (int base = 0; base < n; base += N * nt) { /* block-uniform: the lanes shuffle */
         uint4 v[N];
-        ll_gather<N>(src, base, n, f, v, ns);
+        ll_gather<N>(src, base, n, f, v);
 #pragma unroll
         for (int j = 0; j < N; j++) {
             int i = base + threadIdx.x + j * nt;
@@ -433,10 +443,9 @@ static __device__ __forceinline__ void st_stash(const float *res, int n, int lks
  * region (the same thread writes and reads its pairs until the block
  * barrier). The rows the next o / down epilogue adds to (stash_lks >= 0) go
  * to stash. */
-static __device__ __noinline__ float st_norm(const float *plain, const uint4 *ll, uint32_t f, int n,
-                                             const bf16 *w, float eps, bf16 *xs, float2 *xsum,
-                                             float *red, float2 *stage, float *stash, int stash_lks,
-                                             float xmul)
+static __device__ float st_norm(const float *plain, const uint4 *ll, uint32_t f, int n,
+                                const bf16 *w, float eps, bf16 *xs, float2 *xsum, float *red,
+                                float2 *stage, float *stash, int stash_lks, float xmul)
 {
     float mx = 0.0f;
     const int nt = ST_NW * 32, nl = n / 2;
@@ -507,7 +516,8 @@ static __device__ void st_kv_issue(const tk_step_args &a, const bf16 *kc, const 
 {
     const int hd = a.hd, cpr = hd / 8, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     /* a row a warp (rows warp + ST_NW j): lane j looks its row up (one L2
-     * round trip for all, not one per row), then 16-byte chunks of k and v */
+     * round trip for all, not one per row: the q waits behind them), then
+     * the row's 16-byte chunks of k and v */
     static_assert(ST_SPL / ST_NW <= 32, "a lane per row of the warp");
     const int pl = warp + ST_NW * lane;
     int64_t rl = lane < ST_SPL / ST_NW && pl < n ? (st_row(a, q0 + pl) * a.nkv + h) * hd : 0;
@@ -528,25 +538,17 @@ static __device__ void st_kv_issue(const tk_step_args &a, const bf16 *kc, const 
  * at the qkv op's start: they come from DRAM behind the rings' copies
  * (~5 us of queue under the weight stream), and the attention waits on
  * them otherwise. */
-static __device__ __noinline__ void st_kv_prefetch(const tk_step_args &a, int layer, int n_sp,
-                                                   int spl, int ctx)
+static __device__ void st_kv_prefetch(const tk_step_args &a, int layer, int n_sp, int spl, int ctx)
 {
-    const int hd = a.hd, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int hd = a.hd, nt = ST_NW * 32;
     const int nl = (hd * 2 + 127) / 128; /* 128-byte lines per row */
     const char *kc = (const char *)a.kc[layer], *vc = (const char *)a.vc[layer];
     for (int it = blockIdx.x; it < a.nkv * n_sp; it += gridDim.x) {
         int h = it / n_sp, p0 = (it % n_sp) * spl, n = min(ctx, p0 + spl) - p0;
-        for (int p = warp + ST_NW * lane; p - ST_NW * lane < n; p += ST_NW * 32) {
-            /* 32 rows of the warp (a row a lane, looked up at once), then each row's lines */
-            int64_t rl = p < n ? ((st_row(a, p0 + p) * a.nkv + h) * hd) * 2 : 0;
-            for (int j = 0; j < 32; j++) {
-                int64_t row = __shfl_sync(0xffffffffu, rl, j);
-                if (p - ST_NW * lane + ST_NW * j >= n) break;
-                for (int l = lane; l < 2 * nl; l += 32) {
-                    const char *src = l < nl ? kc + row + 128 * l : vc + row + 128 * (l - nl);
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"(src));
-                }
-            }
+        for (int i = threadIdx.x; i < 2 * n * nl; i += nt) {
+            int kv = i / (n * nl), r = i % (n * nl), p = r / nl, l = r % nl;
+            const char *src = (kv ? vc : kc) + ((st_row(a, p0 + p) * a.nkv + h) * hd) * 2 + 128 * l;
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(src));
         }
     }
 }
@@ -904,14 +906,18 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1)
         __syncthreads(); /* the last op's epilogue is done with parts and stash */
         st_stamp(a, op, 0);
         if (o.kind == ST_QKV) st_kv_prefetch(a, layer, P.n_sp, P.spl, P.ctx);
+        if (a.pf && (a.pf_ops >> o.kind & 1) && lane == 0) st_l2_ahead(c, nsrc, nn, a, n_ops, warp);
         if (threadIdx.x == 0) xscale = 1.0f; /* ordered before st_finish by the barriers below */
         /* x as f16 (times xmul), into xs and xsum; the largest magnitude */
         auto write_x = [&](float xmul) -> float {
             if (o.kind == ST_O)
-                return ll_copy(st_ll(a, layer, a.ll_attn), o.in / 4, f, (uint2 *)xs, xsum, xmul,
-                               st_spin_o_ns);
-            if (o.kind == ST_DOWN)
+                return ll_copy(st_ll(a, layer, a.ll_attn), o.in / 4, f, (uint2 *)xs, xsum, xmul);
+            if (o.kind == ST_DOWN) {
+                if (a.tune & 512) /* experiment: the act's lines in one batch */
+                    return ll_copy<8>(st_ll(a, layer, a.ll_act), o.in / 4, f, (uint2 *)xs, xsum,
+                                      xmul);
                 return ll_copy(st_ll(a, layer, a.ll_act), o.in / 4, f, (uint2 *)xs, xsum, xmul);
+            }
             const uint4 *src =
                 prev < 0 ? NULL : st_ll(a, prev, o.kind == ST_GU ? a.ll_res_o : a.ll_res_d);
             return st_norm(prev < 0 ? a.res : NULL, src, f, o.in, (const bf16 *)o.norm_w, a.eps, xs,
@@ -930,9 +936,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1)
         }
         /* the barrier after x also says whether a value was beyond f16 (rare:
          * x again times 2^-e, the op's sums scaled back in st_finish; TUNE &
-         * 256 forces it with e = 1, for the test). (One call site of write_x
-         * with this as a second pass made the kernel 40% smaller and the
-         * GEMV loop slower: its registers rematerialised, docs/perf/quant.md.) */
+         * 256 forces it with e = 1, for the test) */
         if (__syncthreads_or(mx > 65504.0f || (a.tune & 256))) {
             atomicMax(&xmax, __float_as_uint(mx)); /* magnitudes order as their bits */
             __syncthreads();
@@ -1032,11 +1036,9 @@ extern "C" cudaError_t tk_step_launch(cudaStream_t st, const tk_step_args *a, in
                                        args, tk_step_smem_bytes(), st);
 }
 
-extern "C" cudaError_t tk_step_set_spin(unsigned ns, unsigned ns_o)
+extern "C" cudaError_t tk_step_set_spin(unsigned ns)
 {
-    cudaError_t e = cudaMemcpyToSymbol(st_spin_ns, &ns, sizeof ns);
-    if (e != cudaSuccess) return e;
-    return cudaMemcpyToSymbol(st_spin_o_ns, &ns_o, sizeof ns_o);
+    return cudaMemcpyToSymbol(st_spin_ns, &ns, sizeof ns);
 }
 
 extern "C" cudaError_t tk_step_fits(int *blocks_per_sm)

@@ -56,11 +56,16 @@ typedef struct tk_step_args {
      * then its attention item's steps (TERN_CUDA_STEP_STAMPS) */
     unsigned long long *stamps;
     int depth; /* ring chunks in flight per warp, 1 .. 4 (TERN_CUDA_STEP_DEPTH) */
-    int tune;  /* experiments (TERN_CUDA_STEP_TUNE), timing only (WRONG logits): 8 skips
-                * every phase (x as it is), 16 every record's arithmetic, 128
-                * the weight stream (the arithmetic on what the rings hold);
-                * with right logits: 256 the f16 overflow path in
-                * every op, 512 the down op's x lines in one batch */
+    /* chunks per warp beyond its ring prefetched into L2 when an op of a
+     * kind in pf_ops (bit = kind: 1 qkv, 2 o, 4 gate_up, 8 down, 16
+     * lm_head) starts: the stream kept going while x is awaited
+     * (TERN_CUDA_STEP_PF, TERN_CUDA_STEP_PF_OPS) */
+    int pf, pf_ops;
+    int tune; /* experiments (TERN_CUDA_STEP_TUNE), timing only (WRONG logits): 8 skips
+               * every phase (x as it is), 16 every record's arithmetic, 128
+               * the weight stream (the arithmetic on what the rings hold);
+               * with right logits: 256 the f16 overflow path in
+               * every op, 512 the down op's x lines in one batch */
     void *kc[TK_STEP_MAX_LAYERS], *vc[TK_STEP_MAX_LAYERS];
 } tk_step_args;
 
@@ -101,10 +106,9 @@ cudaError_t tk_step_fits(int *blocks_per_sm);
  * tk_step_tiles(rows, glu_f)). */
 cudaError_t tk_step_repack(cudaStream_t st, const void *q, const void *scales, const void *biases,
                            int64_t rows, int64_t in, int64_t glu_f, int grid, int lks, void *rec);
-/* ns between a poller's polls of a line not yet written, and (ns_o) of the o
- * op's x lines during the attention (default 0: polling
+/* ns between a poller's polls of a line not yet written (default 0: polling
  * faster measured faster, 0 / 32 / 256 / 1000 ns: 474.7 / 472.2 / 452.2 / 430.2 tok/s). */
-cudaError_t tk_step_set_spin(unsigned ns, unsigned ns_o);
+cudaError_t tk_step_set_spin(unsigned ns);
 /* The step on grid blocks (one per SM), cooperatively. */
 cudaError_t tk_step_launch(cudaStream_t st, const tk_step_args *a, int grid);
 
