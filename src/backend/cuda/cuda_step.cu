@@ -514,23 +514,12 @@ static __device__ __forceinline__ int64_t st_row(const tk_step_args &a, int p)
 static __device__ void st_kv_issue(const tk_step_args &a, const bf16 *kc, const bf16 *vc, int h,
                                    int q0, int n, int pos, st_att *S)
 {
-    const int hd = a.hd, cpr = hd / 8, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    /* a row a warp (rows warp + ST_NW j): lane j looks its row up (one L2
-     * round trip for all, not one per row: the q waits behind them), then
-     * the row's 16-byte chunks of k and v */
-    static_assert(ST_SPL / ST_NW <= 32, "a lane per row of the warp");
-    const int pl = warp + ST_NW * lane;
-    int64_t rl = lane < ST_SPL / ST_NW && pl < n ? (st_row(a, q0 + pl) * a.nkv + h) * hd : 0;
-    for (int j = 0; j < ST_SPL / ST_NW; j++) {
-        int p = warp + ST_NW * j;
-        int64_t row = __shfl_sync(0xffffffffu, rl, j);
-        if (p >= n) break;
+    const int hd = a.hd, nt = ST_NW * 32;
+    for (int i = threadIdx.x; i < 2 * n * (hd / 8); i += nt) {
+        int kv = i / (n * (hd / 8)), r = i % (n * (hd / 8)), p = r / (hd / 8), c = r % (hd / 8);
         if (q0 + p == pos) continue;
-        for (int c = lane; c < 2 * cpr; c += 32) {
-            int kv = c >= cpr, cc = c - kv * cpr;
-            st_cp16(kv ? &S->u.kv.v[p][8 * cc] : &S->u.kv.k[p][8 * cc],
-                    (kv ? vc : kc) + row + 8 * cc);
-        }
+        const bf16 *src = (kv ? vc : kc) + (st_row(a, q0 + p) * a.nkv + h) * hd + 8 * c;
+        st_cp16(kv ? &S->u.kv.v[p][8 * c] : &S->u.kv.k[p][8 * c], src);
     }
 }
 
@@ -567,9 +556,8 @@ static __device__ __forceinline__ void st_put4(uint4 *dst, int i, float x, bool 
  * splits' partial sums go out as LL lines; the last split of the head
  * (the item a block reaches last, so no block waits on an item behind it)
  * merges them in split order into the head's output lines. */
-static __device__ __noinline__ void st_att_item(const tk_step_args &a, const st_consts *P, int op,
-                                                int layer, int h, int sp, int n_sp, int spl,
-                                                st_att *S, uint32_t f)
+static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, int op, int layer,
+                                   int h, int sp, int n_sp, int spl, st_att *S, uint32_t f)
 {
     const int G = a.nq / a.nkv, hd = a.hd, tid = threadIdx.x, nt = ST_NW * 32;
     const int ctx = P->ctx, pos = P->pos;
@@ -851,8 +839,7 @@ static __device__ void st_finish(const tk_step_args &a, const tk_step_op &o, int
 
 /* ---------------------------------------------------------------- the step */
 
-static __global__ void __launch_bounds__(ST_NW * 32, 1)
-    k_step(const __grid_constant__ tk_step_args a)
+static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_args a)
 {
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ __align__(8) uint64_t bars[ST_NW][ST_S];
