@@ -89,17 +89,6 @@ struct st_consts {
     float cos[TK_STEP_MAX_HD / 2], sin[TK_STEP_MAX_HD / 2];
 };
 
-/* What the attention item reads of the step's arguments, copied into
- * shared memory at launch: the item is out of line (so that the GEMV loop's
- * registers do not depend on it) and reads these with shared loads. */
-struct st_attp {
-    const int32_t *btab;
-    void *ll;
-    unsigned long long *stamps;
-    int bs, nq, nkv, hd, rot, max_splits, ll_layer, ll_qkv, ll_attn, ll_part;
-    float scale;
-};
-
 #define ST_PARTS_BYTES  (ST_NW * ST_LT * 16 * 4)
 #define ST_REGION_BYTES (sizeof(st_att) > ST_PARTS_BYTES ? sizeof(st_att) : ST_PARTS_BYTES)
 #define ST_WS_FLOATS    ((sizeof(((st_att *)0)->u)) / 4)
@@ -267,7 +256,7 @@ static __device__ __forceinline__ void st_l2_ahead(st_cur c, const char *src, in
  * the op's start, x ready, GEMV done, epilogue done; 4-8 its attention
  * item's q ready, first K / V rows in, passes done, partials in (merger)
  * or out, output out; 9-10 its first pass's q . k and softmax done. */
-template <class A> static __device__ __forceinline__ void st_stamp(const A &a, int op, int k)
+static __device__ __forceinline__ void st_stamp(const tk_step_args &a, int op, int k)
 {
     if (a.stamps && threadIdx.x == 0) {
         unsigned long long t;
@@ -420,7 +409,7 @@ static __device__ float ll_copy(const uint4 *src, int n, uint32_t f, uint2 *dst,
 }
 
 /* Layer l's lines at offset off (the lm_head reads the last layer's). */
-template <class A> static __device__ __forceinline__ uint4 *st_ll(const A &a, int l, int off)
+static __device__ __forceinline__ uint4 *st_ll(const tk_step_args &a, int l, int off)
 {
     return (uint4 *)a.ll + (size_t)l * a.ll_layer + off;
 }
@@ -514,7 +503,7 @@ static __device__ __forceinline__ float st_rope(const bf16 *x, int i, int rot, c
 }
 
 /* The KV cache row of position p: block table entry, then the row in it. */
-template <class A> static __device__ __forceinline__ int64_t st_row(const A &a, int p)
+static __device__ __forceinline__ int64_t st_row(const tk_step_args &a, int p)
 {
     return (int64_t)a.btab[p / a.bs] * a.bs + p % a.bs;
 }
@@ -522,26 +511,15 @@ template <class A> static __device__ __forceinline__ int64_t st_row(const A &a, 
 /* The cached K / V rows of positions [q0, q0 + n) of kv head h into the
  * block's shared rows (16-byte cp.async; the new token's row is skipped:
  * it comes from this step's projection). */
-static __device__ void st_kv_issue(const st_attp &a, const bf16 *kc, const bf16 *vc, int h, int q0,
-                                   int n, int pos, st_att *S)
+static __device__ void st_kv_issue(const tk_step_args &a, const bf16 *kc, const bf16 *vc, int h,
+                                   int q0, int n, int pos, st_att *S)
 {
-    const int hd = a.hd, cpr = hd / 8, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    /* a row a warp (rows warp + ST_NW j): lane j looks its row up (one L2
-     * round trip for all, not one per row: the q waits behind them), then
-     * the row's 16-byte chunks of k and v */
-    static_assert(ST_SPL / ST_NW <= 32, "a lane per row of the warp");
-    const int pl = warp + ST_NW * lane;
-    int64_t rl = lane < ST_SPL / ST_NW && pl < n ? (st_row(a, q0 + pl) * a.nkv + h) * hd : 0;
-    for (int j = 0; j < ST_SPL / ST_NW; j++) {
-        int p = warp + ST_NW * j;
-        int64_t row = __shfl_sync(0xffffffffu, rl, j);
-        if (p >= n) break;
+    const int hd = a.hd, nt = ST_NW * 32;
+    for (int i = threadIdx.x; i < 2 * n * (hd / 8); i += nt) {
+        int kv = i / (n * (hd / 8)), r = i % (n * (hd / 8)), p = r / (hd / 8), c = r % (hd / 8);
         if (q0 + p == pos) continue;
-        for (int c = lane; c < 2 * cpr; c += 32) {
-            int kv = c >= cpr, cc = c - kv * cpr;
-            st_cp16(kv ? &S->u.kv.v[p][8 * cc] : &S->u.kv.k[p][8 * cc],
-                    (kv ? vc : kc) + row + 8 * cc);
-        }
+        const bf16 *src = (kv ? vc : kc) + (st_row(a, q0 + p) * a.nkv + h) * hd + 8 * c;
+        st_cp16(kv ? &S->u.kv.v[p][8 * c] : &S->u.kv.k[p][8 * c], src);
     }
 }
 
@@ -578,13 +556,13 @@ static __device__ __forceinline__ void st_put4(uint4 *dst, int i, float x, bool 
  * splits' partial sums go out as LL lines; the last split of the head
  * (the item a block reaches last, so no block waits on an item behind it)
  * merges them in split order into the head's output lines. */
-static __device__ __noinline__ void st_att_item(const st_attp &a, const st_consts *P, bf16 *kc,
-                                                bf16 *vc, int op, int layer, int h, int sp,
-                                                int n_sp, int spl, st_att *S, uint32_t f)
+static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, int op, int layer,
+                                   int h, int sp, int n_sp, int spl, st_att *S, uint32_t f)
 {
     const int G = a.nq / a.nkv, hd = a.hd, tid = threadIdx.x, nt = ST_NW * 32;
     const int ctx = P->ctx, pos = P->pos;
     const int p0 = sp * spl, p1 = min(ctx, p0 + spl);
+    bf16 *kc = (bf16 *)a.kc[layer], *vc = (bf16 *)a.vc[layer];
     /* the first pass's cached rows do not depend on this step: in flight
      * while the projection is awaited */
     st_kv_issue(a, kc, vc, h, p0, min(ST_SPL, p1 - p0), pos, S);
@@ -868,7 +846,6 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
     __shared__ float red[ST_NW];
     __shared__ uint32_t flag_s;
     __shared__ st_consts P;
-    __shared__ st_attp AP;
     __shared__ __align__(16) float2 xsum[TK_STEP_MAX_K / 64]; /* x's group sums (st_group1) */
     __shared__ float xscale;  /* the op's x went in as x / xscale (1 unless beyond f16) */
     __shared__ unsigned xmax; /* the op's largest |x| (as bits) when one is beyond f16 */
@@ -899,9 +876,6 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
                    P.sin[threadIdx.x]);
     if (threadIdx.x == 0) xmax = 0u;
     if (threadIdx.x == 0) P.ctx = __ldg(a.seq_len), P.pos = __ldg(a.pos), P.slot = __ldg(a.slot);
-    if (threadIdx.x == 0)
-        AP = st_attp{a.btab, a.ll,         a.stamps,   a.bs,     a.nq,      a.nkv,     a.hd,
-                     a.rot,  a.max_splits, a.ll_layer, a.ll_qkv, a.ll_attn, a.ll_part, a.scale};
     if (threadIdx.x == 0) /* launches run in stream order, each adds gridDim.x */
         flag_s = (uint32_t)(atomicAdd(a.epoch, 1ull) / gridDim.x) + 1u;
     if (threadIdx.x == 0) {
@@ -942,8 +916,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         } else {
             if (o.kind == ST_O) /* the attention, then its output as x */
                 for (int it = blockIdx.x; it < a.nkv * P.n_sp; it += gridDim.x) {
-                    st_att_item(AP, &P, (bf16 *)a.kc[layer], (bf16 *)a.vc[layer], op, layer,
-                                it / P.n_sp, it % P.n_sp, P.n_sp, P.spl, att, f);
+                    st_att_item(a, &P, op, layer, it / P.n_sp, it % P.n_sp, P.n_sp, P.spl, att, f);
                     __syncthreads(); /* the item's shared memory before the next */
                 }
             mx = write_x(1.0f);
