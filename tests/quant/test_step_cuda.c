@@ -15,7 +15,9 @@
  *     at least TIE;
  *   - a second run of the same tokens gives bitwise the same logits;
  *   - the same with every op taking the f16 overflow path (x times 2^-e,
- *     the sums scaled back; forced by TERN_CUDA_STEP_TUNE=256);
+ *     the sums scaled back; forced by TERN_CUDA_STEP_TUNE=256), and with
+ *     one or two attention splits per head (TERN_CUDA_STEP_SPLITS: several
+ *     64-position passes per item, with and without the merge);
  *   - greedy generation (captured graphs) matches the op-by-op path up to
  *     the first near-tie.
  * Then a wider model the test writes itself (test_step_wide: the 8B's head
@@ -138,6 +140,23 @@ static void test_step_logits(void **state)
     if (!(e_ovf <= STEP_REL)) fail_msg("overflow path logits vs op-by-op: rel err %.3e", e_ovf);
     tern_free(d);
     tern_model_close(ovf);
+    /* fewer attention splits (TERN_CUDA_STEP_SPLITS): one split per head
+     * (every pass of an item into its online softmax, the output written
+     * directly) and two (several passes, then the merge) */
+    for (int ns = 1; ns <= 2; ns++) {
+        char v[8];
+        snprintf(v, sizeof v, "%d", ns);
+        setenv("TERN_CUDA_STEP_SPLITS", v, 1);
+        struct tern_model *few = open_on(TERN_DEVICE_CUDA, true);
+        unsetenv("TERN_CUDA_STEP_SPLITS");
+        float *e = tu_model_logits(few, ids, N_POS, V, 1, 16);
+        double e_few = tu_max_rel_err(e, a, (size_t)N_POS * V);
+        printf("  at most %d attention split(s) per head: step vs op-by-op %.2e\n", ns, e_few);
+        if (!(e_few <= STEP_REL))
+            fail_msg("%d split(s): logits vs op-by-op: rel err %.3e", ns, e_few);
+        tern_free(e);
+        tern_model_close(few);
+    }
     /* greedy generation: the decode loop's captured graphs */
     int32_t *ga = tu_model_greedy(ops, ids, 8, 48), *gb = tu_model_greedy(stp, ids, 8, 48);
     int same = 0;
