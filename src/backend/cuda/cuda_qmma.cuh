@@ -24,25 +24,20 @@ static __device__ __forceinline__ uint32_t tk_q4_pair(uint32_t w, int j)
     return d;
 }
 
-/* d = A B + d for one mma.sync m16n8k16, bf16 operands, f32 accumulators. */
-static __device__ __forceinline__ void tk_mma_bf16(float *d, uint32_t a0, uint32_t a1, uint32_t a2,
-                                                   uint32_t a3, uint32_t b0, uint32_t b1)
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-/* d = A B + d for one mma.sync m16n8k16, f16 operands, f32 accumulators. */
-static __device__ __forceinline__ void tk_mma_f16(float *d, uint32_t a0, uint32_t a1, uint32_t a2,
-                                                  uint32_t a3, uint32_t b0, uint32_t b1)
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+/* d = A B + d for one mma.sync m16n8k16, T (bf16 / f16) operands, f32
+ * accumulators: tk_mma_bf16, tk_mma_f16. */
+#define TK_MMA_16816(name, T)                                                                      \
+    static __device__ __forceinline__ void name(float *d, uint32_t a0, uint32_t a1, uint32_t a2,   \
+                                                uint32_t a3, uint32_t b0, uint32_t b1)             \
+    {                                                                                              \
+        asm("mma.sync.aligned.m16n8k16.row.col.f32." T "." T ".f32 {%0,%1,%2,%3}, "                \
+            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                                               \
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                       \
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));                               \
+    }
+TK_MMA_16816(tk_mma_bf16, "bf16")
+TK_MMA_16816(tk_mma_f16, "f16")
+#undef TK_MMA_16816
 
 /* The high (hi != 0) or low half of w, a pair of SDT (bf16 / f16) values, as a float. */
 template <int SDT> static __device__ __forceinline__ float tk_half_of(uint32_t w, int hi)
