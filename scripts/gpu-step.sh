@@ -6,7 +6,7 @@
 # timing-only variants (no phases, no arithmetic), or GPU_STEP_VARIANTS.
 # GPU_STEP_B=DIR: a second carry (another build, e.g. the base of a change)
 # benched on the same model, interleaved with this one (A B A B: calls
-# move a few percent, builds compared in one call do not); GPU_STEP_AB_ENVS="A=1
+# move a few percent, builds compared in one call do not; GPU_STEP_REPS pairs, 2); GPU_STEP_AB_ENVS="A=1
 # B=2+C=3": both builds once more under each of those settings.
 # Everything comes back as one archive, $OUT/step.tar.xz.
 # Build first (here): TERN_GPU_BUILD=build/lead-gpu TERN_GPU_CARRY=.gpu-carry/step \
@@ -34,7 +34,7 @@ if [ -n "${GPU_STEP_B:-}" ]; then
     python3 -c "import json,sys; j=json.load(open(sys.argv[1])); f=float(open(sys.argv[2]).read())*1e9/j['decode_bytes']; print('%s %.1f tok/s (%.1f%% of %.1f)' % (sys.argv[3], j['decode_tok_s'], 100*j['decode_tok_s']/f, f))" \
       "$OUT/ab_$3.json" "$OUT/copy_rate.txt" "$3" >>"$OUT/ab.txt" 2>&1
   }
-  for r in 1 2; do
+  for r in $(seq 1 ${GPU_STEP_REPS:-2}); do
     ab_bench "$TERN_GPU_CARRY" /tmp/tern-carry "A$r"
     ab_bench "$GPU_STEP_B" /tmp/tern-carry-b "B$r"
   done
