@@ -46,7 +46,8 @@ def main():
         if m and kernel is not None:
             ins.append((m.group(1).split()[0], loc))
     ops = [r[ix["Source"]].strip().split()[0] if r[ix["Source"]].strip() else "" for r in data]
-    mism = sum(1 for a, b in zip(ins, ops) if a[0].lstrip("@!P0123456789T ") != b.lstrip("@!P0123456789T "))
+    bare = lambda o: o.lstrip("@!P0123456789T ")
+    mism = sum(1 for a, b in zip(ins, ops) if bare(a[0]) != bare(b))
     print("%s: %d instructions sampled, %d with line info, %d opcode mismatches"
           % (kernel, len(data), len(ins), mism))
     tot = collections.Counter()
@@ -71,8 +72,8 @@ def main():
             except OSError:
                 pass
         name = "%s:%d" % (where[0].split("/")[-1], where[1]) if where else "?"
-        print("%-22s %6d %5.1f%%  %-64s  %s" % (name, s, 100.0 * s / total, src,
-                                               ", ".join("%s %d" % (h[6:], v) for h, v in c.most_common(3))))
+        why = ", ".join("%s %d" % (h[6:], v) for h, v in c.most_common(3))
+        print("%-22s %6d %5.1f%%  %-64s  %s" % (name, s, 100.0 * s / total, src, why))
 
 
 if __name__ == "__main__":

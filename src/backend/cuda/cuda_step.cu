@@ -16,15 +16,16 @@
  * 4 s + i, i < 4; nibble n of word w holds row r0 = 16 tile + g or r1 = r0
  * + 8 as bit 1 of n says, k-step 2 (w >> 1) + (n & 1), i = 2 (w & 1) + (n >>
  * 2): a word pair's low nibbles are k-step 2p, its high ones k-step 2p + 1)
- * then the 8 (scale, bias) pairs of rows (g, g + 8). The gate_up projection's tile j holds gate
- * rows 8j..8j+7 and up rows 8j..8j+7, so silu(gate) * up is the tile's own epilogue. The records
- * lie in the order the warps read them (tk_step_records: a warp's k-th chunk of 4 records at slot k
- * x warps + warp).
+ * then the 8 (scale, bias) pairs of rows (g, g + 8). The gate_up
+ * projection's tile j holds gate rows 8j..8j+7 and up rows 8j..8j+7, so
+ * silu(gate) * up is the tile's own epilogue. The records lie in the order
+ * the warps read them (tk_step_records: a warp's k-th chunk of 4 records at
+ * slot k x warps + warp).
  *
  * A record's arithmetic (st_group1, cuda_step.cuh): the nibbles become f16
  * 1024 + q or 1024 + 16 q by one lop3 each (one shift per word), x is f16
- * (exact for bf16 values up to 65504: a larger one stores the op's x / 2^16
- * and scales the sums back), 4 f16 MMAs, and per group two sums of x made
+ * (exact for bf16 values up to 65504: a larger one makes the op store x
+ * times 2^-e and scale its sums back), 4 f16 MMAs, and per group two sums of x made
  * once per op where x is written. Work per op: a tile belongs to a group
  * of KS warps of one block (KS chosen on the host so the op balances over
  * the grid); warp j of the group takes the tile's j-th contiguous slice of
