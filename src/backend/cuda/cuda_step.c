@@ -172,6 +172,15 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
         /* o and down: the residual rows of the block's tiles wait in its stash */
         int lks =
             pick_lks(tiles, nG, grid, kind == 1 || kind == 3 ? TK_STEP_STASH_TILES : INT64_MAX);
+        /* experiment: o and down with 1 << TERN_CUDA_STEP_LKS_OD warps per tile
+         * (where that fits: tiles over more blocks, none idle) */
+        int lks_od = env_int("TERN_CUDA_STEP_LKS_OD", -1, 4, -1);
+        if ((kind == 1 || kind == 3) && lks_od >= 0 && nG % (1 << lks_od) == 0) {
+            int64_t units = (int64_t)grid * (TK_STEP_NW >> lks_od),
+                    lt = (tiles + units - 1) / units;
+            if (lt <= TK_STEP_LT && lt * (TK_STEP_NW >> lks_od) <= TK_STEP_STASH_TILES)
+                lks = lks_od;
+        }
         if (lks < 0) {
             st = unsupported("an op has too many tiles for the grid");
             goto fail;
