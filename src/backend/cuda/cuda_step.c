@@ -185,7 +185,7 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
             st = unsupported("an op has too many tiles for the grid");
             goto fail;
         }
-        size_t bytes = (size_t)tk_step_records(tiles, nG, grid, lks) * 576;
+        size_t bytes = (size_t)tk_step_records(tiles, nG, grid, lks) * TK_STEP_REC_BYTES;
         cudaError_t e = cudaMalloc(&p->rec[i], bytes);
         if (e != cudaSuccess) {
             cudaGetLastError();

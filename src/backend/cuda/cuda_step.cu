@@ -10,23 +10,15 @@
  * its ~230 kernel boundaries costs microseconds (docs/perf/quant.md has the
  * labs and the measurements). Host side: cuda_step.c.
  *
- * Weights: each linear is repacked at load into 576-byte records, one per
- * (16-row tile, 64-k group): 512 bytes of mma.m16n8k16 A fragments (lane L
- * = 4 g + t's 16 bytes at 16 L, 4 words; k-step s covers k = 64 G + 16 t +
- * 4 s + i, i < 4; nibble n of word w holds row r0 = 16 tile + g or r1 = r0
- * + 8 as bit 1 of n says, k-step 2 (w >> 1) + (n & 1), i = 2 (w & 1) + (n >>
- * 2): a word pair's low nibbles are k-step 2p, its high ones k-step 2p + 1)
- * then the 8 (scale, bias) pairs of rows (g, g + 8). The gate_up
- * projection's tile j holds gate rows 8j..8j+7 and up rows 8j..8j+7, so
- * silu(gate) * up is the tile's own epilogue. The records lie in the order
- * the warps read them (tk_step_records: a warp's k-th chunk of 4 records at
- * slot k x warps + warp).
+ * Weights: each linear is repacked at load (cuda_step_repack.cu, which has
+ * the nibble map) into records of one (16-row tile, 64-k group) each, in
+ * the order the warps read them.
  *
  * A record's arithmetic (st_group1, cuda_step.cuh): the nibbles become f16
  * 1024 + q or 1024 + 16 q by one lop3 each (one shift per word), x is f16
  * (exact for bf16 values up to 65504: a larger one makes the op store x
- * times 2^-e and scale its sums back), 4 f16 MMAs, and per group two sums of x made
- * once per op where x is written. Work per op: a tile belongs to a group
+ * times 2^-e and scale its sums back), 4 f16 MMAs, and per group two sums
+ * of x made once per op where x is written. Work per op: a tile belongs to a group
  * of KS warps of one block (KS chosen on the host so the op balances over
  * the grid); warp j of the group takes the tile's j-th contiguous slice of
  * groups and keeps its sums in registers; after the op's chunks a block
@@ -51,9 +43,9 @@
 #include "backend/cuda/cuda_step.h"
 
 #define ST_NW         TK_STEP_NW
-#define ST_S          4  /* ring stages per warp */
-#define ST_C          4  /* records per chunk */
-#define ST_REC        36 /* uint4 per record */
+#define ST_S          4                        /* ring stages per warp */
+#define ST_C          TK_STEP_CHUNK            /* records per chunk */
+#define ST_REC        (TK_STEP_REC_BYTES / 16) /* uint4 per record */
 #define ST_LT         TK_STEP_LT
 #define ST_SPL        64 /* K/V rows per attention pass */
 #define ST_RING_BYTES (ST_NW * ST_S * ST_C * ST_REC * 16)
@@ -102,71 +94,6 @@ extern "C" size_t tk_step_smem_bytes(void)
 extern "C" size_t tk_step_merge_floats(void)
 {
     return ST_WS_FLOATS;
-}
-
-/* ---------------------------------------------------------------- repack */
-
-/* Thread id of the repack: record (tile, G) = id / 32, lane L = id % 32.
- * glu_f > 0: the gate_up layout (tile rows 0-7 gate rows 8 tile + r, rows
- * 8-15 up rows glu_f + 8 tile + r - 8). */
-static __global__ void k_step_repack(const uint32_t *q, const uint16_t *sc, const uint16_t *bi,
-                                     int64_t rows, int64_t in, int64_t glu_f, int64_t tiles,
-                                     int grid, int lks, uint4 *rec)
-{
-    int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    int64_t nG = in / 64;
-    if (id >= tiles * nG * 32) return;
-    int L = (int)(id % 32), g = L >> 2, t = L & 3;
-    int64_t tg = id / 32, G = tg % nG, tau = tg / nG;
-    int64_t r0, r1;
-    bool ok0, ok1;
-    if (glu_f > 0) {
-        ok0 = ok1 = 8 * tau + g < glu_f;
-        r0 = 8 * tau + g, r1 = glu_f + 8 * tau + g;
-    } else {
-        r0 = 16 * tau + g, r1 = r0 + 8;
-        ok0 = r0 < rows, ok1 = r1 < rows;
-    }
-    int64_t wpr = in / 8, k0 = 64 * G + 16 * t; /* the lane's 16 k: 2 words of each row */
-    uint32_t q0[2], q1[2], w4[4];
-    for (int h = 0; h < 2; h++) {
-        q0[h] = ok0 ? q[r0 * wpr + k0 / 8 + h] : 0u;
-        q1[h] = ok1 ? q[r1 * wpr + k0 / 8 + h] : 0u;
-    }
-    for (int w = 0; w < 4; w++) {
-        uint32_t word = 0;
-        for (int n = 0; n < 8; n++) {
-            int kk = 4 * (2 * (w >> 1) + (n & 1)) + 2 * (w & 1) + (n >> 2); /* 4 s + i */
-            const uint32_t *src = (n >> 1) & 1 ? q1 : q0;
-            word |= ((src[kk >> 3] >> (4 * (kk & 7))) & 15u) << (4 * n);
-        }
-        w4[w] = word;
-    }
-    /* its slot: the warp that takes group G of this tile, and its step */
-    int64_t per = ST_NW >> lks, units = (int64_t)grid * per, len = nG >> lks;
-    int64_t cps = (len + ST_C - 1) / ST_C, l2 = tau / units, rem = tau % units;
-    int64_t j = G / len, o = G % len;
-    int64_t w = (rem / per) * ST_NW + ((rem % per) << lks) + j;
-    int64_t dst = ((l2 * cps + o / ST_C) * grid * ST_NW + w) * ST_C + o % ST_C;
-    rec[dst * ST_REC + L] = make_uint4(w4[0], w4[1], w4[2], w4[3]);
-    if (t == 0) {
-        uint32_t s0 = ok0 ? sc[r0 * nG + G] : 0u, s1 = ok1 ? sc[r1 * nG + G] : 0u;
-        uint32_t b0 = ok0 ? bi[r0 * nG + G] : 0u, b1 = ok1 ? bi[r1 * nG + G] : 0u;
-        ((uint2 *)(rec + dst * ST_REC + 32))[g] = make_uint2(s0 | s1 << 16, b0 | b1 << 16);
-    }
-}
-
-extern "C" cudaError_t tk_step_repack(cudaStream_t st, const void *q, const void *scales,
-                                      const void *biases, int64_t rows, int64_t in, int64_t glu_f,
-                                      int grid, int lks, void *rec)
-{
-    int64_t tiles = tk_step_tiles(rows, glu_f);
-    int64_t n = tiles * (in / 64) * 32;
-    if (n == 0) return cudaSuccess;
-    k_step_repack<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(
-        (const uint32_t *)q, (const uint16_t *)scales, (const uint16_t *)biases, rows, in, glu_f,
-        tiles, grid, lks, (uint4 *)rec);
-    return cudaGetLastError();
 }
 
 /* ---------------------------------------------------------------- the weight stream */
@@ -635,8 +562,8 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
                              : "r"(tk_smem_u32(krow + 16 * ks + 16)));
                 tk_mma_bf16(c1, k0, k1, k2, k3, qg[8 * ks + 8], qg[8 * ks + 12]);
             }
-            /* rows: positions 16 w + g4 (c[0 .. 1]) and + 8 (c[2 .. 3]); columns: heads 2 t4, + 1
-             */
+            /* rows: positions 16 w + g4 (c[0 .. 1]) and + 8 (c[2 .. 3]);
+             * columns: heads 2 t4, + 1 */
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int head = 2 * t4 + (e & 1), p = 16 * warp + g4 + 8 * (e >> 1);
@@ -759,8 +686,8 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
     }
     __syncthreads();
     st_stamp(a, op, 7);
-    if (warp <
-        G) { /* per q head a warp, a lane per split: each split's factor (at hd + 2), the total */
+    /* per q head a warp, a lane per split: each split's factor (at hd + 2), the total */
+    if (warp < G) {
         float M = -INFINITY, L = 0.0f;
         for (int s2 = lane; s2 < n_sp; s2 += 32) M = fmaxf(M, ws[(s2 * G + warp) * ast + hd]);
         M = tk_warp_max(M);
@@ -810,7 +737,7 @@ static __device__ void st_finish(const tk_step_args &a, const tk_step_op &o, int
     else
         for (int j = h0; j < h1; j++) v += parts[j * 16 + (lane & 15)];
     v += __shfl_down_sync(0xffffffffu, v, 16);
-    v *= xscale; /* 1, or 2^16 when x went in as x / 2^16 */
+    v *= xscale; /* 1, or 2^e when x went in as x times 2^-e */
     int r = tile * 16 + lane;
     switch (o.kind) {
     case ST_QKV:

@@ -19,12 +19,15 @@ extern "C" {
 #define TK_STEP_MAX_E      8192  /* hidden size */
 #define TK_STEP_MAX_G      8     /* q heads per kv head */
 #define TK_STEP_MAX_HD     128
-#define TK_STEP_NW         16 /* warps per block, one block per SM */
-#define TK_STEP_LT         32 /* tiles a group of warps takes in one op, at most */
-#define TK_STEP_STAMPS     11 /* stamps per op and block (TERN_CUDA_STEP_STAMPS) */
+#define TK_STEP_NW         16  /* warps per block, one block per SM */
+#define TK_STEP_LT         32  /* tiles a group of warps takes in one op, at most */
+#define TK_STEP_STAMPS     11  /* stamps per op and block (TERN_CUDA_STEP_STAMPS) */
+#define TK_STEP_REC_BYTES  576 /* a record: one (16-row tile, 64-k group), cuda_step_repack.cu */
+#define TK_STEP_CHUNK      4   /* records a warp's ring copies at a time */
 
-/* One GEMV of the step: records of (16-row tile, 64-k group), 576 bytes
- * each, tile-major. kind: 0 qkv, 1 o, 2 gate_up, 3 down, 4 lm_head. */
+/* One GEMV of the step: records of (16-row tile, 64-k group),
+ * TK_STEP_REC_BYTES each, in the kernel's order (tk_step_records). kind: 0 qkv, 1 o, 2 gate_up, 3
+ * down, 4 lm_head. */
 typedef struct tk_step_op {
     const void *rec;
     const void *norm_w; /* BF16 [in]: the RMSNorm before it (qkv, gate_up, lm_head), else NULL */
@@ -84,8 +87,9 @@ static inline int64_t tk_step_tiles(int64_t rows, int64_t glu_f)
 static inline int64_t tk_step_records(int64_t tiles, int64_t nG, int grid, int lks)
 {
     int64_t per = TK_STEP_NW >> lks, units = (int64_t)grid * per;
-    int64_t lt = (tiles + units - 1) / units, cps = ((nG >> lks) + 3) / 4;
-    return lt * cps * (int64_t)grid * TK_STEP_NW * 4;
+    int64_t lt = (tiles + units - 1) / units;
+    int64_t cps = ((nG >> lks) + TK_STEP_CHUNK - 1) / TK_STEP_CHUNK;
+    return lt * cps * (int64_t)grid * TK_STEP_NW * TK_STEP_CHUNK;
 }
 
 /* The residual rows a block keeps between a norm and the o / down
@@ -102,8 +106,8 @@ cudaError_t tk_step_fits(int *blocks_per_sm);
  * into records in the kernel's order for a grid of `grid` blocks and
  * 1 << lks warps per tile; glu_f > 0: the gate_up layout, rows [0, glu_f)
  * gate and [glu_f, 2 glu_f) up, tile j = gate rows 8j.. and up rows 8j...
- * rec holds tk_step_records(tiles, in / 64, grid, lks) x 576 bytes (tiles =
- * tk_step_tiles(rows, glu_f)). */
+ * rec holds tk_step_records(tiles, in / 64, grid, lks) x TK_STEP_REC_BYTES
+ * (tiles = tk_step_tiles(rows, glu_f)). cuda_step_repack.cu. */
 cudaError_t tk_step_repack(cudaStream_t st, const void *q, const void *scales, const void *biases,
                            int64_t rows, int64_t in, int64_t glu_f, int grid, int lks, void *rec);
 /* ns between a poller's polls of a line not yet written (default 0: polling
