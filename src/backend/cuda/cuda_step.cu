@@ -79,6 +79,11 @@ struct st_att {
 struct st_consts {
     int ctx, pos, spl, n_sp; /* spl positions per attention split, n_sp splits */
     int64_t slot;
+    /* the KV cache rows of the first pass of the block's attention item (at
+     * most one per block: the host caps the splits at grid / nkv), the same
+     * in every layer: looked up once, not a dependent L2 round trip before
+     * every layer's K / V copies and prefetches */
+    int rows[ST_SPL];
     float cos[TK_STEP_MAX_HD / 2], sin[TK_STEP_MAX_HD / 2];
 };
 
@@ -438,15 +443,17 @@ static __device__ __forceinline__ int64_t st_row(const tk_step_args &a, int p)
 
 /* The cached K / V rows of positions [q0, q0 + n) of kv head h into the
  * block's shared rows (16-byte cp.async; the new token's row is skipped:
- * it comes from this step's projection). */
+ * it comes from this step's projection); rows: their cache rows (the first
+ * pass's, P->rows), or NULL: looked up. */
 static __device__ void st_kv_issue(const tk_step_args &a, const bf16 *kc, const bf16 *vc, int h,
-                                   int q0, int n, int pos, st_att *S)
+                                   int q0, int n, int pos, st_att *S, const int *rows)
 {
     const int hd = a.hd, nt = ST_NW * 32;
     for (int i = threadIdx.x; i < 2 * n * (hd / 8); i += nt) {
         int kv = i / (n * (hd / 8)), r = i % (n * (hd / 8)), p = r / (hd / 8), c = r % (hd / 8);
         if (q0 + p == pos) continue;
-        const bf16 *src = (kv ? vc : kc) + (st_row(a, q0 + p) * a.nkv + h) * hd + 8 * c;
+        int64_t row = rows ? rows[p] : st_row(a, q0 + p);
+        const bf16 *src = (kv ? vc : kc) + (row * a.nkv + h) * hd + 8 * c;
         st_cp16(kv ? &S->u.kv.v[p][8 * c] : &S->u.kv.k[p][8 * c], src);
     }
 }
@@ -455,7 +462,8 @@ static __device__ void st_kv_issue(const tk_step_args &a, const bf16 *kc, const 
  * at the qkv op's start: they come from DRAM behind the rings' copies
  * (~5 us of queue under the weight stream), and the attention waits on
  * them otherwise. */
-static __device__ void st_kv_prefetch(const tk_step_args &a, int layer, int n_sp, int spl, int ctx)
+static __device__ void st_kv_prefetch(const tk_step_args &a, int layer, int n_sp, int spl, int ctx,
+                                      const int *rows)
 {
     const int hd = a.hd, nt = ST_NW * 32;
     const int nl = (hd * 2 + 127) / 128; /* 128-byte lines per row */
@@ -464,7 +472,8 @@ static __device__ void st_kv_prefetch(const tk_step_args &a, int layer, int n_sp
         int h = it / n_sp, p0 = (it % n_sp) * spl, n = min(ctx, p0 + spl) - p0;
         for (int i = threadIdx.x; i < 2 * n * nl; i += nt) {
             int kv = i / (n * nl), r = i % (n * nl), p = r / nl, l = r % nl;
-            const char *src = (kv ? vc : kc) + ((st_row(a, p0 + p) * a.nkv + h) * hd) * 2 + 128 * l;
+            int64_t row = it == blockIdx.x && p < ST_SPL ? rows[p] : st_row(a, p0 + p);
+            const char *src = (kv ? vc : kc) + ((row * a.nkv + h) * hd) * 2 + 128 * l;
             asm volatile("prefetch.global.L2 [%0];" ::"l"(src));
         }
     }
@@ -493,7 +502,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
     bf16 *kc = (bf16 *)a.kc[layer], *vc = (bf16 *)a.vc[layer];
     /* the first pass's cached rows do not depend on this step: in flight
      * while the projection is awaited */
-    st_kv_issue(a, kc, vc, h, p0, min(ST_SPL, p1 - p0), pos, S);
+    st_kv_issue(a, kc, vc, h, p0, min(ST_SPL, p1 - p0), pos, S, P->rows);
     /* q heads h G .. h G + G - 1 and the head's new k and v, raw */
     const uint4 *qkv = st_ll(a, layer, a.ll_qkv);
     const int nq4 = G * hd / 4, n4 = hd / 4;
@@ -527,7 +536,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         int n = min(ST_SPL, p1 - q0);
         if (q0 != p0) {
             __syncthreads(); /* the previous pass's reads of k / v / s */
-            st_kv_issue(a, kc, vc, h, q0, n, pos, S);
+            st_kv_issue(a, kc, vc, h, q0, n, pos, S, NULL);
         }
         if (pos >= q0 && pos < q0 + n) { /* rope its k, store k and v at its slot */
             int p = pos - q0;
@@ -806,10 +815,12 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
     if (threadIdx.x == 0) P.ctx = __ldg(a.seq_len), P.pos = __ldg(a.pos), P.slot = __ldg(a.slot);
     if (threadIdx.x == 0) /* launches run in stream order, each adds gridDim.x */
         flag_s = (uint32_t)(atomicAdd(a.epoch, 1ull) / gridDim.x) + 1u;
-    if (threadIdx.x == 0) {
+    if (threadIdx.x < ST_SPL) { /* spl, n_sp; the first pass's cache rows of the block's item */
         int ctx = __ldg(a.seq_len);
-        P.spl = ST_SPL * ((ctx + ST_SPL * a.max_splits - 1) / (ST_SPL * a.max_splits));
-        P.n_sp = (ctx + P.spl - 1) / P.spl;
+        int spl = ST_SPL * ((ctx + ST_SPL * a.max_splits - 1) / (ST_SPL * a.max_splits));
+        int n_sp = (ctx + spl - 1) / spl, p = (int)(blockIdx.x % n_sp) * spl + threadIdx.x;
+        if (threadIdx.x == 0) P.spl = spl, P.n_sp = n_sp;
+        P.rows[threadIdx.x] = blockIdx.x < a.nkv * n_sp && p < ctx ? (int)st_row(a, p) : 0;
     }
     const uint32_t magic = 0x64006400u; /* f16 1024 in each half */
     __syncthreads();
@@ -820,7 +831,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         int layer = op / 4, prev = layer - (o.kind == ST_QKV || o.kind == ST_LM);
         __syncthreads(); /* the last op's epilogue is done with parts and stash */
         st_stamp(a, op, 0);
-        if (o.kind == ST_QKV) st_kv_prefetch(a, layer, P.n_sp, P.spl, P.ctx);
+        if (o.kind == ST_QKV) st_kv_prefetch(a, layer, P.n_sp, P.spl, P.ctx, P.rows);
         if (a.pf && (a.pf_ops >> o.kind & 1) && lane == 0) st_l2_ahead(c, nsrc, nn, a, n_ops, warp);
         if (threadIdx.x == 0) xscale = 1.0f; /* ordered before st_finish by the barriers below */
         /* x as f16 (times xmul), into xs and xsum; the largest magnitude */
