@@ -7,14 +7,18 @@
  * rings' banked chunks drain no faster than they fill.
  *
  * Each warp loops over chunks of C records in its ring (S = 16 / C stages,
- * 16 records per warp as in the kernel; 8 with more than 16 warps), optionally refilled by
- * cp.async.bulk from an L2-resident buffer (STREAM: the ring's wait and
+ * 16 records per warp as in the kernel; 8 with more than 16 warps),
+ * optionally refilled by cp.async.bulk from an L2-resident buffer (STREAM: the ring's wait and
  * issue as in the kernel). XR records share one x group: XR = 1 is the
  * kernel's chunk (C consecutive groups of one tile, x loaded per record,
  * one pair of sums); XR = 4 a chunk of 4 tiles' records of the same
  * group(s) (x loaded once per group, a pair of sums per tile).
- * Prints ns per record per SM and the 8B step's arithmetic time it implies
- * (55.6 k records per SM per token) against its stream floor (~1030 us).
+ * MM: the record's MMAs (4 as the kernel; 2 or 0, their operands folded
+ * away; 5: u8 x s8 IMMA on x as two 8-bit digits, timing only). Also the
+ * tensor pipe's MMA rates. Prints ns per record per SM and the 8B step's
+ * arithmetic time it implies (55.6 k records per SM per token) against its
+ * stream floor (~1030 us). docs/perf/quant.md (session 10) has the
+ * numbers (from medians of single launches; lab_common's time_us since).
  * Run: ./arith_lab
  * Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I src \
  *          dev/kernels/arith_lab.cu -o arith_lab
@@ -112,8 +116,9 @@ static __global__ void __launch_bounds__(NW * 32, 1)
     for (int i = lane; i < S * C * RECQ; i += 32) {
         uint32_t h = (uint32_t)(i + 977 * warp + 131 * blockIdx.x) * 2654435761u;
         h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
-        ring[i] = (i % RECQ) < 32 ? make_uint4(h, h * 3u, h * 5u, h * 7u)
-                                  : make_uint4(0x3c003c00u & h, 0x1c001c00u, 0x3c003c00u, 0x1c001c00u);
+        ring[i] = (i % RECQ) < 32
+                      ? make_uint4(h, h * 3u, h * 5u, h * 7u)
+                      : make_uint4(0x3c003c00u & h, 0x1c001c00u, 0x3c003c00u, 0x1c001c00u);
     }
     const char *src = gsrc + (size_t)(blockIdx.x * NW + warp) * S * C * RECB;
     uint32_t ring0 = tk_smem_u32(ring), bar0 = tk_smem_u32(&bars[warp][0]);
@@ -145,7 +150,8 @@ static __global__ void __launch_bounds__(NW * 32, 1)
         if (STREAM) {
             __syncwarp();
             if (lane == 0)
-                st_bulk(ring0 + stg * C * RECB, src + stg * C * RECB, C * RECB, bar0 + 8 * stg, pol);
+                st_bulk(ring0 + stg * C * RECB, src + stg * C * RECB, C * RECB, bar0 + 8 * stg,
+                        pol);
         }
 #pragma unroll
         for (int gg = 0; gg < C / XR; gg++) {
@@ -159,8 +165,7 @@ static __global__ void __launch_bounds__(NW * 32, 1)
                 const float2 XY = xsum[Gi];
 #pragma unroll
                 for (int tt = 0; tt < XR; tt++)
-                    rec_mm<MM>(w[gg * XR + tt], xa, xb, sb[gg * XR + tt], XY, magic,
-                               acc + 2 * tt);
+                    rec_mm<MM>(w[gg * XR + tt], xa, xb, sb[gg * XR + tt], XY, magic, acc + 2 * tt);
             }
         }
         G = (G + C / XR) & (NGRP - 1);
@@ -185,26 +190,12 @@ static void run(const char *name, const char *gsrc)
     unsigned long long *cyc;
     CK(cudaMalloc(&out, grid * NW * 32 * 4));
     CK(cudaMalloc(&cyc, grid * 8));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    std::vector<float> v;
-    for (int r = 0; r < 7; r++) {
-        CK(cudaEventRecord(e0));
-        k<<<grid, NW * 32, smem>>>(gsrc, nch, out, cyc);
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        v.push_back(ms);
-    }
-    CK(cudaGetLastError());
-    std::sort(v.begin(), v.end());
+    const double us = time_us(1, [&](int) { k<<<grid, NW * 32, smem>>>(gsrc, nch, out, cyc); });
     std::vector<unsigned long long> c(grid);
     CK(cudaMemcpy(c.data(), cyc, grid * 8, cudaMemcpyDeviceToHost));
     std::sort(c.begin(), c.end());
     double recs = (double)nch * C * NW; /* per SM */
-    double ns = v[3] * 1e6 / recs;
+    double ns = us * 1e3 / recs;
     printf("%-26s MMA %d  %3d warps  C %d  XR %d  %s  %6.3f ns/record/SM  %6.1f cycles/record/SP  "
            "step arithmetic %5.0f us (%3.0f%% of the ~1030 us floor)\n",
            name, MM, NW, C, XR, STREAM ? "ring " : "smem ", ns, (double)c[grid / 2] / recs * 4.0,
@@ -213,107 +204,61 @@ static void run(const char *name, const char *gsrc)
     CK(cudaFree(cyc));
 }
 
-/* The tensor pipe's rate for mma.sync m16n8k16 f16 -> f32: 8 independent
- * chains per warp, NW warps per SM. */
-template <int NW> static __global__ void __launch_bounds__(NW * 32, 1) k_mma_peak(int n, float *out)
+/* The tensor pipe's rate: 8 independent MMA chains per warp, NW warps per
+ * SM; KIND 0 mma.sync m16n8k16 f16 -> f32, 1 m16n8k32 u8 x s8, 2 m16n8k64
+ * u4 x s4 (s32 sums). */
+template <int NW, int KIND>
+static __global__ void __launch_bounds__(NW * 32, 1) k_mma_peak(int n, float *out)
 {
     float c[8][4] = {};
+    int ci[8][4] = {};
     uint32_t a = 0x3c003c00u + threadIdx.x, b = 0x3c003c00u ^ threadIdx.x;
     for (int i = 0; i < n; i++)
 #pragma unroll
-        for (int j = 0; j < 8; j++) tk_mma_f16(c[j], a, a + j, a, a, b, b + j);
-    float s = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 8; j++) s += c[j][0] + c[j][1] + c[j][2] + c[j][3];
-    out[blockIdx.x * blockDim.x + threadIdx.x] = s;
-}
-
-/* The same for the integer MMAs: KIND 1 m16n8k32 u8 x s8, 2 m16n8k64 u4 x s4 (s32 sums). */
-template <int NW, int KIND>
-static __global__ void __launch_bounds__(NW * 32, 1) k_imma_peak(int n, float *out)
-{
-    int c[8][4] = {};
-    uint32_t a = 0x01020304u + threadIdx.x, b = 0x05060708u ^ threadIdx.x;
-    for (int i = 0; i < n; i++)
-#pragma unroll
         for (int j = 0; j < 8; j++) {
-            if (KIND == 1)
+            if (KIND == 0)
+                tk_mma_f16(c[j], a, a + j, a, a, b, b + j);
+            else if (KIND == 1)
                 asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, "
                              "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                             : "+r"(c[j][0]), "+r"(c[j][1]), "+r"(c[j][2]), "+r"(c[j][3])
+                             : "+r"(ci[j][0]), "+r"(ci[j][1]), "+r"(ci[j][2]), "+r"(ci[j][3])
                              : "r"(a), "r"(a + j), "r"(a), "r"(a), "r"(b), "r"(b + j));
             else
                 asm volatile("mma.sync.aligned.m16n8k64.row.col.s32.u4.s4.s32 {%0,%1,%2,%3}, "
                              "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                             : "+r"(c[j][0]), "+r"(c[j][1]), "+r"(c[j][2]), "+r"(c[j][3])
+                             : "+r"(ci[j][0]), "+r"(ci[j][1]), "+r"(ci[j][2]), "+r"(ci[j][3])
                              : "r"(a), "r"(a + j), "r"(a), "r"(a), "r"(b), "r"(b + j));
         }
-    int s = 0;
+    float s = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 8; j++) s += c[j][0] + c[j][1] + c[j][2] + c[j][3];
-    out[blockIdx.x * blockDim.x + threadIdx.x] = (float)s;
+    for (int j = 0; j < 8; j++)
+        s += c[j][0] + c[j][1] + c[j][2] + c[j][3] +
+             (float)(ci[j][0] + ci[j][1] + ci[j][2] + ci[j][3]);
+    out[blockIdx.x * blockDim.x + threadIdx.x] = s;
 }
 
-template <int NW, int KIND> static void imma_peak(void)
+template <int NW, int KIND> static void mma_peak(void)
 {
+    static const char *names[] = {"m16n8k16 f16 -> f32", "m16n8k32 u8 x s8", "m16n8k64 u4 x s4"};
     float *out;
     CK(cudaMalloc(&out, 132 * NW * 32 * 4));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
     const int n = 20000;
-    std::vector<float> v;
-    for (int r = 0; r < 5; r++) {
-        CK(cudaEventRecord(e0));
-        k_imma_peak<NW, KIND><<<132, NW * 32>>>(n, out);
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        v.push_back(ms);
-    }
-    CK(cudaGetLastError());
-    std::sort(v.begin(), v.end());
-    double per_sp = (double)n * 8 * NW / 4;
-    printf("mma.sync %s, %2d warps/SM: %.2f cycles per IMMA per SP (1.98 GHz)\n",
-           KIND == 1 ? "m16n8k32 u8 x s8" : "m16n8k64 u4 x s4", NW, v[2] * 1e-3 * 1.98e9 / per_sp);
-    CK(cudaFree(out));
-}
-
-template <int NW> static void mma_peak(void)
-{
-    float *out;
-    CK(cudaMalloc(&out, 132 * NW * 32 * 4));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    const int n = 20000;
-    std::vector<float> v;
-    for (int r = 0; r < 5; r++) {
-        CK(cudaEventRecord(e0));
-        k_mma_peak<NW><<<132, NW * 32>>>(n, out);
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        v.push_back(ms);
-    }
-    std::sort(v.begin(), v.end());
-    double per_sp = (double)n * 8 * NW / 4; /* HMMAs per SP */
-    printf("mma.sync m16n8k16 f16->f32, %2d warps/SM: %.2f cycles per HMMA per SP (1.98 GHz)\n", NW,
-           v[2] * 1e-3 * 1.98e9 / per_sp);
+    const double us = time_us(1, [&](int) { k_mma_peak<NW, KIND><<<132, NW * 32>>>(n, out); });
+    const double per_sp = (double)n * 8 * NW / 4; /* MMAs per SM sub-partition */
+    printf("mma.sync %s, %2d warps/SM: %.2f cycles per MMA per SP (1.98 GHz)\n", names[KIND], NW,
+           us * 1e-6 * 1.98e9 / per_sp);
     CK(cudaFree(out));
 }
 
 int main()
 {
-    mma_peak<4>();
-    mma_peak<8>();
-    mma_peak<16>();
-    imma_peak<8, 1>();
-    imma_peak<16, 1>();
-    imma_peak<8, 2>();
-    imma_peak<16, 2>();
+    mma_peak<4, 0>();
+    mma_peak<8, 0>();
+    mma_peak<16, 0>();
+    mma_peak<8, 1>();
+    mma_peak<16, 1>();
+    mma_peak<8, 2>();
+    mma_peak<16, 2>();
     char *gsrc;
     size_t bytes = (size_t)132 * 32 * 16 * RECB;
     CK(cudaMalloc(&gsrc, bytes));
