@@ -84,6 +84,11 @@ struct st_consts {
      * in every layer: looked up once, not a dependent L2 round trip before
      * every layer's K / V copies and prefetches */
     int rows[ST_SPL];
+    /* x / d as __umulhi(x, m) for the attention's index arithmetic (x <
+     * 2^20: exact), m = st_magic(d) for d = hd, hd / 8, a split partial's
+     * floats per q head (hd + 2) and its lines (G (hd + 2) / 2): the
+     * divisions were ~20 instructions each */
+    uint32_t m_hd, m_hd8, m_pst, m_persp;
     float cos[TK_STEP_MAX_HD / 2], sin[TK_STEP_MAX_HD / 2];
 };
 
@@ -435,6 +440,18 @@ static __device__ __forceinline__ float st_rope(const bf16 *x, int i, int rot, c
     return i < half ? x1 : x2;
 }
 
+/* The multiplier m with x / d == __umulhi(x, m) for x < 2^32 / d, d >= 2
+ * (the error of ceil(2^32 / d) stays below one step). */
+static __device__ __forceinline__ uint32_t st_magic(uint32_t d)
+{
+    return 0xffffffffu / d + 1u;
+}
+
+static __device__ __forceinline__ int st_div(int x, uint32_t m)
+{
+    return (int)__umulhi((uint32_t)x, m);
+}
+
 /* The KV cache row of position p: block table entry, then the row in it. */
 static __device__ __forceinline__ int64_t st_row(const tk_step_args &a, int p)
 {
@@ -445,12 +462,13 @@ static __device__ __forceinline__ int64_t st_row(const tk_step_args &a, int p)
  * block's shared rows (16-byte cp.async; the new token's row is skipped:
  * it comes from this step's projection); rows: their cache rows (the first
  * pass's, P->rows), or NULL: looked up. */
-static __device__ void st_kv_issue(const tk_step_args &a, const bf16 *kc, const bf16 *vc, int h,
-                                   int q0, int n, int pos, st_att *S, const int *rows)
+static __device__ void st_kv_issue(const tk_step_args &a, const st_consts *P, const bf16 *kc,
+                                   const bf16 *vc, int h, int q0, int n, int pos, st_att *S,
+                                   const int *rows)
 {
-    const int hd = a.hd, nt = ST_NW * 32;
-    for (int i = threadIdx.x; i < 2 * n * (hd / 8); i += nt) {
-        int kv = i / (n * (hd / 8)), r = i % (n * (hd / 8)), p = r / (hd / 8), c = r % (hd / 8);
+    const int hd = a.hd, nt = ST_NW * 32, nh = n * (hd / 8);
+    for (int i = threadIdx.x; i < 2 * nh; i += nt) {
+        int kv = i >= nh, r = i - kv * nh, p = st_div(r, P->m_hd8), c = r - p * (hd / 8);
         if (q0 + p == pos) continue;
         int64_t row = rows ? rows[p] : st_row(a, q0 + p);
         const bf16 *src = (kv ? vc : kc) + (row * a.nkv + h) * hd + 8 * c;
@@ -462,16 +480,17 @@ static __device__ void st_kv_issue(const tk_step_args &a, const bf16 *kc, const 
  * at the qkv op's start: they come from DRAM behind the rings' copies
  * (~5 us of queue under the weight stream), and the attention waits on
  * them otherwise. */
-static __device__ void st_kv_prefetch(const tk_step_args &a, int layer, int n_sp, int spl, int ctx,
-                                      const int *rows)
+static __device__ void st_kv_prefetch(const tk_step_args &a, const st_consts *P, int layer)
 {
+    const int n_sp = P->n_sp, spl = P->spl, ctx = P->ctx;
+    const int *rows = P->rows;
     const int hd = a.hd, nt = ST_NW * 32;
-    const int nl = (hd * 2 + 127) / 128; /* 128-byte lines per row */
+    const int nl = (hd * 2 + 127) / 128; /* 128-byte lines per row: 1 or 2 (hd <= 128) */
     const char *kc = (const char *)a.kc[layer], *vc = (const char *)a.vc[layer];
     for (int it = blockIdx.x; it < a.nkv * n_sp; it += gridDim.x) {
         int h = it / n_sp, p0 = (it % n_sp) * spl, n = min(ctx, p0 + spl) - p0;
         for (int i = threadIdx.x; i < 2 * n * nl; i += nt) {
-            int kv = i / (n * nl), r = i % (n * nl), p = r / nl, l = r % nl;
+            int kv = i >= n * nl, r = i - kv * n * nl, p = r >> (nl - 1), l = r & (nl - 1);
             int64_t row = it == blockIdx.x && p < ST_SPL ? rows[p] : st_row(a, p0 + p);
             const char *src = (kv ? vc : kc) + ((row * a.nkv + h) * hd) * 2 + 128 * l;
             asm volatile("prefetch.global.L2 [%0];" ::"l"(src));
@@ -502,7 +521,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
     bf16 *kc = (bf16 *)a.kc[layer], *vc = (bf16 *)a.vc[layer];
     /* the first pass's cached rows do not depend on this step: in flight
      * while the projection is awaited */
-    st_kv_issue(a, kc, vc, h, p0, min(ST_SPL, p1 - p0), pos, S, P->rows);
+    st_kv_issue(a, P, kc, vc, h, p0, min(ST_SPL, p1 - p0), pos, S, P->rows);
     /* q heads h G .. h G + G - 1 and the head's new k and v, raw */
     const uint4 *qkv = st_ll(a, layer, a.ll_qkv);
     const int nq4 = G * hd / 4, n4 = hd / 4;
@@ -523,7 +542,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
      * q . k MMA's B operand */
     bf16 *qb = (bf16 *)S->qf;
     for (int i = tid; i < TK_STEP_MAX_G * hd; i += nt) {
-        int g = i / hd, d = i - g * hd;
+        int g = st_div(i, P->m_hd), d = i - g * hd;
         qb[i] =
             g < G ? __float2bfloat16(st_rope(S->q + g * hd, d, a.rot, P)) : __float2bfloat16(0.0f);
     }
@@ -536,7 +555,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         int n = min(ST_SPL, p1 - q0);
         if (q0 != p0) {
             __syncthreads(); /* the previous pass's reads of k / v / s */
-            st_kv_issue(a, kc, vc, h, q0, n, pos, S, NULL);
+            st_kv_issue(a, P, kc, vc, h, q0, n, pos, S, NULL);
         }
         if (pos >= q0 && pos < q0 + n) { /* rope its k, store k and v at its slot */
             int p = pos - q0;
@@ -551,7 +570,10 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         }
         const int n16 = (n + 15) & ~15;
         for (int i = n * hd + tid; i < n16 * hd; i += nt) /* rows past n: zero, not stale (p . v) */
-            S->u.kv.v[i / hd][i % hd] = __float2bfloat16(0.0f);
+        {
+            int r = st_div(i, P->m_hd);
+            S->u.kv.v[r][i - r * hd] = __float2bfloat16(0.0f);
+        }
         asm volatile("cp.async.wait_all;" ::: "memory");
         __syncthreads();
         if (q0 == p0) st_stamp(a, op, 5);
@@ -642,7 +664,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         for (int j = 0; j < ST_ATT_PER; j++) {
             int i = tid + j * nt;
             if (j * nt >= G * hd) break; /* warp-uniform: the lanes shuffle */
-            float o = i < G * hd ? acc[j] / S->l[i / hd] : 0.0f;
+            float o = i < G * hd ? acc[j] / S->l[st_div(i, P->m_hd)] : 0.0f;
             st_put4(out, i, o, i < G * hd, f);
         }
         st_stamp(a, op, 8);
@@ -657,7 +679,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
             if (j * nt >= G * hd) break;
             float o = i < G * hd ? acc[j] : 0.0f;
             float o1 = __shfl_down_sync(0xffffffffu, o, 1);
-            int e = (i / hd) * pst + i % hd;
+            int gi = st_div(i, P->m_hd), e = gi * pst + (i - gi * hd);
             if (i < G * hd && (i & 1) == 0)
                 ll_put(pl + e / 2, __float_as_uint(o), __float_as_uint(o1), f);
         }
@@ -675,7 +697,8 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
     for (int j = 0; j < ST_ATT_PER; j++) {
         int i = tid + j * nt;
         if (i >= G * hd) break;
-        ws[(sp * G + i / hd) * ast + i % hd] = acc[j];
+        int gi = st_div(i, P->m_hd);
+        ws[(sp * G + gi) * ast + i - gi * hd] = acc[j];
     }
     if (tid < G)
         ws[(sp * G + tid) * ast + hd] = S->m[tid], ws[(sp * G + tid) * ast + hd + 1] = S->l[tid];
@@ -688,7 +711,8 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         for (int j = 0; j < ST_LLM; j++) {
             int i = base + tid + j * nt;
             if (i >= sp * per_sp) break;
-            int s2 = i / per_sp, e = 2 * (i % per_sp), g = e / pst, d = e % pst;
+            int s2 = st_div(i, P->m_persp), e = 2 * (i - s2 * per_sp), g = st_div(e, P->m_pst),
+                d = e - g * pst;
             float *dst = ws + (s2 * G + g) * ast + d;
             dst[0] = __uint_as_float(v[j].x), dst[1] = __uint_as_float(v[j].z);
         }
@@ -716,7 +740,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         if (j * nt >= G * hd) break;
         float o = 0.0f;
         if (i < G * hd) {
-            int g = i / hd, d = i % hd;
+            int g = st_div(i, P->m_hd), d = i - g * hd;
             float A = 0.0f;
             for (int s2 = 0; s2 < n_sp; s2++) {
                 const float *e = ws + (s2 * G + g) * ast;
@@ -819,7 +843,12 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         int ctx = __ldg(a.seq_len);
         int spl = ST_SPL * ((ctx + ST_SPL * a.max_splits - 1) / (ST_SPL * a.max_splits));
         int n_sp = (ctx + spl - 1) / spl, p = (int)(blockIdx.x % n_sp) * spl + threadIdx.x;
-        if (threadIdx.x == 0) P.spl = spl, P.n_sp = n_sp;
+        if (threadIdx.x == 0) {
+            const uint32_t G = (uint32_t)(a.nq / a.nkv), pst = (uint32_t)a.hd + 2u;
+            P.spl = spl, P.n_sp = n_sp;
+            P.m_hd = st_magic((uint32_t)a.hd), P.m_hd8 = st_magic((uint32_t)a.hd / 8u);
+            P.m_pst = st_magic(pst), P.m_persp = st_magic(G * pst / 2u);
+        }
         P.rows[threadIdx.x] = blockIdx.x < a.nkv * n_sp && p < ctx ? (int)st_row(a, p) : 0;
     }
     const uint32_t magic = 0x64006400u; /* f16 1024 in each half */
@@ -831,7 +860,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         int layer = op / 4, prev = layer - (o.kind == ST_QKV || o.kind == ST_LM);
         __syncthreads(); /* the last op's epilogue is done with parts and stash */
         st_stamp(a, op, 0);
-        if (o.kind == ST_QKV) st_kv_prefetch(a, layer, P.n_sp, P.spl, P.ctx, P.rows);
+        if (o.kind == ST_QKV) st_kv_prefetch(a, &P, layer);
         if (a.pf && (a.pf_ops >> o.kind & 1) && lane == 0) st_l2_ahead(c, nsrc, nn, a, n_ops, warp);
         if (threadIdx.x == 0) xscale = 1.0f; /* ordered before st_finish by the barriers below */
         /* x as f16 (times xmul), into xs and xsum; the largest magnitude */
