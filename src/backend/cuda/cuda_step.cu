@@ -89,6 +89,7 @@ struct st_consts {
      * floats per q head (hd + 2) and its lines (G (hd + 2) / 2): the
      * divisions were ~20 instructions each */
     uint32_t m_hd, m_hd8, m_pst, m_persp;
+    int G, att_h, att_sp; /* q heads per kv head; the block's item (kv head, split) */
     float cos[TK_STEP_MAX_HD / 2], sin[TK_STEP_MAX_HD / 2];
 };
 
@@ -488,7 +489,8 @@ static __device__ void st_kv_prefetch(const tk_step_args &a, const st_consts *P,
     const int nl = (hd * 2 + 127) / 128; /* 128-byte lines per row: 1 or 2 (hd <= 128) */
     const char *kc = (const char *)a.kc[layer], *vc = (const char *)a.vc[layer];
     for (int it = blockIdx.x; it < a.nkv * n_sp; it += gridDim.x) {
-        int h = it / n_sp, p0 = (it % n_sp) * spl, n = min(ctx, p0 + spl) - p0;
+        int h = it == blockIdx.x ? P->att_h : it / n_sp;
+        int p0 = (it == blockIdx.x ? P->att_sp : it % n_sp) * spl, n = min(ctx, p0 + spl) - p0;
         for (int i = threadIdx.x; i < 2 * n * nl; i += nt) {
             int kv = i >= n * nl, r = i - kv * n * nl, p = r >> (nl - 1), l = r & (nl - 1);
             int64_t row = it == blockIdx.x && p < ST_SPL ? rows[p] : st_row(a, p0 + p);
@@ -515,7 +517,7 @@ static __device__ __forceinline__ void st_put4(uint4 *dst, int i, float x, bool 
 static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, int op, int layer,
                                    int h, int sp, int n_sp, int spl, st_att *S, uint32_t f)
 {
-    const int G = a.nq / a.nkv, hd = a.hd, tid = threadIdx.x, nt = ST_NW * 32;
+    const int G = P->G, hd = a.hd, tid = threadIdx.x, nt = ST_NW * 32;
     const int ctx = P->ctx, pos = P->pos;
     const int p0 = sp * spl, p1 = min(ctx, p0 + spl);
     bf16 *kc = (bf16 *)a.kc[layer], *vc = (bf16 *)a.vc[layer];
@@ -845,7 +847,8 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         int n_sp = (ctx + spl - 1) / spl, p = (int)(blockIdx.x % n_sp) * spl + threadIdx.x;
         if (threadIdx.x == 0) {
             const uint32_t G = (uint32_t)(a.nq / a.nkv), pst = (uint32_t)a.hd + 2u;
-            P.spl = spl, P.n_sp = n_sp;
+            P.spl = spl, P.n_sp = n_sp, P.G = (int)G;
+            P.att_h = (int)blockIdx.x / n_sp, P.att_sp = (int)blockIdx.x % n_sp;
             P.m_hd = st_magic((uint32_t)a.hd), P.m_hd8 = st_magic((uint32_t)a.hd / 8u);
             P.m_pst = st_magic(pst), P.m_persp = st_magic(G * pst / 2u);
         }
@@ -884,7 +887,8 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         } else {
             if (o.kind == ST_O) /* the attention, then its output as x */
                 for (int it = blockIdx.x; it < a.nkv * P.n_sp; it += gridDim.x) {
-                    st_att_item(a, &P, op, layer, it / P.n_sp, it % P.n_sp, P.n_sp, P.spl, att, f);
+                    st_att_item(a, &P, op, layer, it == blockIdx.x ? P.att_h : it / P.n_sp,
+                                it == blockIdx.x ? P.att_sp : it % P.n_sp, P.n_sp, P.spl, att, f);
                     __syncthreads(); /* the item's shared memory before the next */
                 }
             mx = write_x(1.0f);
@@ -963,8 +967,8 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         __syncthreads(); /* every slice's part is in */
         st_stamp(a, op, 2);
         int per = ST_NW >> o.lks;
-        for (int idx = warp;; idx += ST_NW) { /* the block's tiles, a warp each */
-            int gi = idx % per, l2 = idx / per;
+        for (int idx = warp;; idx += ST_NW) {                  /* the block's tiles, a warp each */
+            int gi = idx & (per - 1), l2 = idx >> (4 - o.lks); /* per = 16 >> lks */
             int tile = blockIdx.x * per + gi + l2 * gridDim.x * per;
             if (l2 >= ST_LT || tile >= o.tiles) break;
             st_finish(a, o, layer, tile, idx, parts + ((gi * ST_LT + l2) << o.lks) * 16, stash, f,
