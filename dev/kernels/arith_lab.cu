@@ -71,13 +71,8 @@ static __device__ __forceinline__ void rec_mm(const uint4 w, const uint4 xa, con
     uint32_t fold = 0u;
 #pragma unroll
     for (int p = 0; p < 2; p++) {
-        const uint32_t u[4] = {ww[2 * p], ww[2 * p] >> 8, ww[2 * p + 1], ww[2 * p + 1] >> 8};
         uint32_t lo[4], hi[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;" : "=r"(lo[j]) : "r"(u[j]), "r"(magic));
-            asm("lop3.b32 %0, %1, 0x00F000F0, %2, 0xEA;" : "=r"(hi[j]) : "r"(u[j]), "r"(magic));
-        }
+        st_unpack_f16(ww[2 * p], ww[2 * p + 1], magic, lo, hi);
         if (MM == 2) {
             tk_mma_f16(c0, lo[0], lo[1], lo[2], lo[3], xr[4 * p], xr[4 * p + 1]);
             fold ^= hi[0] ^ hi[1] ^ hi[2] ^ hi[3] ^ xr[4 * p + 2] ^ xr[4 * p + 3];

@@ -34,13 +34,14 @@
  * the residual; norm; gate_up GEMV with silu * up; down GEMV adding into
  * the residual; then the final norm and the lm_head GEMV into F32 logits.
  * Depends on cuda_common.cuh, cuda_qmma.cuh, cuda_rope.cuh, cuda_step.cuh,
- * cuda_step.h.
+ * cuda_step_ll.cuh (the LL lines), cuda_step.h.
  */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_qmma.cuh"
 #include "backend/cuda/cuda_rope.cuh"
 #include "backend/cuda/cuda_step.cuh"
 #include "backend/cuda/cuda_step.h"
+#include "backend/cuda/cuda_step_ll.cuh"
 
 #define ST_NW         TK_STEP_NW
 #define ST_S          4                        /* ring stages per warp */
@@ -201,92 +202,6 @@ static __device__ __forceinline__ void st_stamp(const tk_step_args &a, int op, i
         unsigned long long t;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
         a.stamps[((size_t)op * gridDim.x + blockIdx.x) * TK_STEP_STAMPS + k] = t;
-    }
-}
-
-/* ---------------------------------------------------------------- LL lines */
-
-/* A phase hands its output on in 16-byte lines {d0, flag, d1, flag} (the
- * LL protocol of NCCL): one 16-byte store carries the data and its
- * readiness, so a consumer polls the data itself. From the last producer's
- * store to the consumer's use is one L2 round trip, with no fence, counter
- * or grid barrier between (under the rings' load an L2 round trip is ~1 us,
- * and a barrier with the fences it needs was ~3). Every layer has its own
- * lines and the flag changes with every launch, so a line is never read
- * before its producer's store of this step, and never overwritten while a
- * reader may still want it. */
-static __device__ __forceinline__ void ll_put(uint4 *p, uint32_t d0, uint32_t d1, uint32_t f)
-{
-    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(d0), "r"(f),
-                 "r"(d1), "r"(f)
-                 : "memory");
-}
-
-static __device__ __forceinline__ uint4 ll_load(const uint4 *p)
-{
-    uint4 v;
-    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p)
-                 : "memory");
-    return v;
-}
-
-/* ns a poller sleeps between polls of a line (TERN_CUDA_STEP_SPIN_NS) */
-static __constant__ unsigned st_spin_ns = 0;
-
-/* v, loaded from p, once its flags are f: the line's two data words. A
- * line that never comes (a bug) traps after ~2^34 cycles instead of
- * hanging the process. */
-static __device__ __forceinline__ uint2 ll_ready(const uint4 *p, uint4 v, uint32_t f)
-{
-    if (v.y != f || v.w != f) {
-        long long t0 = clock64();
-        do {
-            __nanosleep(st_spin_ns);
-            v = ll_load(p);
-            if (clock64() - t0 > (1ll << 34)) __trap();
-        } while (v.y != f || v.w != f);
-    }
-    return make_uint2(v.x, v.z);
-}
-
-#define ST_LLB 4 /* LL loads a thread has in flight before it waits on any */
-#define ST_LLM 8 /* the same for the attention merge's partial sums */
-
-/* Lines base + threadIdx.x + j x (block size), j < N, below n, of src
- * into v once each carries flag f. Every line's load is in flight at once
- * and each round polls again every line not yet ready: a batch costs one
- * L2 round trip per round. (Waiting on them one at a time costs a round
- * trip per line whose first load came too early, up to ST_LLB in a row:
- * 488.2 against 511.9 tok/s in one call, docs/perf/quant.md.)
- * A line that never comes (a bug) traps after ~2^34 cycles. */
-template <int N = ST_LLB>
-static __device__ __forceinline__ void ll_gather(const uint4 *src, int base, int n, uint32_t f,
-                                                 uint4 *v)
-{
-    const int nt = ST_NW * 32;
-    unsigned pend = 0;
-#pragma unroll
-    for (int j = 0; j < N; j++) {
-        int i = base + threadIdx.x + j * nt;
-        v[j] = make_uint4(0u, 0u, 0u, 0u);
-        if (i < n) v[j] = ll_load(src + i), pend |= 1u << j;
-    }
-    long long t0 = 0;
-    for (int round = 0;; round++) {
-#pragma unroll
-        for (int j = 0; j < N; j++)
-            if ((pend >> j & 1) && v[j].y == f && v[j].w == f) pend &= ~(1u << j);
-        if (!pend) return;
-        if (round == 0)
-            t0 = clock64();
-        else if (clock64() - t0 > (1ll << 34))
-            __trap();
-        __nanosleep(st_spin_ns);
-#pragma unroll
-        for (int j = 0; j < N; j++)
-            if (pend >> j & 1) v[j] = ll_load(src + base + threadIdx.x + j * nt);
     }
 }
 

@@ -89,6 +89,20 @@ static __device__ __forceinline__ void st_group(const uint4 w, const uint4 xa, c
     acc[3] = fmaf(o1, xg[3], fmaf(s1, cg[3], acc[3]));
 }
 
+/* Word pair (w0, w1) of a record (f16 layout, st_group1) as the A
+ * registers of two k-steps: lo the low nibbles of each byte as f16
+ * 1024 + q, hi the high ones as 1024 + 16 q (magic: 0x64006400). */
+static __device__ __forceinline__ void st_unpack_f16(uint32_t w0, uint32_t w1, uint32_t magic,
+                                                     uint32_t *lo, uint32_t *hi)
+{
+    const uint32_t u[4] = {w0, w0 >> 8, w1, w1 >> 8};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;" : "=r"(lo[j]) : "r"(u[j]), "r"(magic));
+        asm("lop3.b32 %0, %1, 0x00F000F0, %2, 0xEA;" : "=r"(hi[j]) : "r"(u[j]), "r"(magic));
+    }
+}
+
 /* One record of the decode step kernel (cuda_step.cu's nibble map) into a
  * lane's 2 sums of ONE token (every B column holds it): rows g (acc[0])
  * and g + 8 (acc[1]). x is f16 (xa, xb: the lane's 16 values of the
@@ -108,13 +122,8 @@ static __device__ __forceinline__ void st_group1(const uint4 w, const uint4 xa, 
     const uint32_t xr[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
 #pragma unroll
     for (int p = 0; p < 2; p++) {
-        const uint32_t u[4] = {ww[2 * p], ww[2 * p] >> 8, ww[2 * p + 1], ww[2 * p + 1] >> 8};
         uint32_t lo[4], hi[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;" : "=r"(lo[j]) : "r"(u[j]), "r"(magic));
-            asm("lop3.b32 %0, %1, 0x00F000F0, %2, 0xEA;" : "=r"(hi[j]) : "r"(u[j]), "r"(magic));
-        }
+        st_unpack_f16(ww[2 * p], ww[2 * p + 1], magic, lo, hi);
         tk_mma_f16(c0, lo[0], lo[1], lo[2], lo[3], xr[4 * p], xr[4 * p + 1]);
         tk_mma_f16(c1, hi[0], hi[1], hi[2], hi[3], xr[4 * p + 2], xr[4 * p + 3]);
     }
