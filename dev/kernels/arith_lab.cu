@@ -82,12 +82,7 @@ static __device__ __forceinline__ void rec_mm(const uint4 w, const uint4 xa, con
         }
     }
     c1[0] = __uint_as_float(fold & 0x3fffffffu);
-    const float s0 = __uint_as_float(sbv.x << 16), s1 = __uint_as_float(sbv.x & 0xffff0000u);
-    const float b0 = __uint_as_float(sbv.y << 16), b1 = __uint_as_float(sbv.y & 0xffff0000u);
-    const float t0 = fmaf(-1024.0f, XY.y, fmaf(c1[0], 0.0625f, c0[0]));
-    const float t1 = fmaf(-1024.0f, XY.y, fmaf(c1[2], 0.0625f, c0[2]));
-    acc[0] = fmaf(b0, XY.x, fmaf(s0, t0, acc[0]));
-    acc[1] = fmaf(b1, XY.x, fmaf(s1, t1, acc[1]));
+    st_group_sums(c0, c1, sbv, XY, acc);
 }
 
 /* records per warp's ring: 16 with 16 warps (the kernel's 147 KB), 8 with more */

@@ -103,6 +103,20 @@ static __device__ __forceinline__ void st_unpack_f16(uint32_t w0, uint32_t w1, u
     }
 }
 
+/* A record's MMA sums c0 (even k-steps) and c1 (odd) into the lane's 2
+ * sums with its (scale, bias) pairs sbv: acc += s (c0 + c1 / 16 - 1024 Y)
+ * + b X (st_group1). */
+static __device__ __forceinline__ void st_group_sums(const float *c0, const float *c1, uint2 sbv,
+                                                     float2 XY, float *acc)
+{
+    const float s0 = __uint_as_float(sbv.x << 16), s1 = __uint_as_float(sbv.x & 0xffff0000u);
+    const float b0 = __uint_as_float(sbv.y << 16), b1 = __uint_as_float(sbv.y & 0xffff0000u);
+    const float t0 = fmaf(-1024.0f, XY.y, fmaf(c1[0], 0.0625f, c0[0]));
+    const float t1 = fmaf(-1024.0f, XY.y, fmaf(c1[2], 0.0625f, c0[2]));
+    acc[0] = fmaf(b0, XY.x, fmaf(s0, t0, acc[0]));
+    acc[1] = fmaf(b1, XY.x, fmaf(s1, t1, acc[1]));
+}
+
 /* One record of the decode step kernel (cuda_step.cu's nibble map) into a
  * lane's 2 sums of ONE token (every B column holds it): rows g (acc[0])
  * and g + 8 (acc[1]). x is f16 (xa, xb: the lane's 16 values of the
@@ -127,12 +141,7 @@ static __device__ __forceinline__ void st_group1(const uint4 w, const uint4 xa, 
         tk_mma_f16(c0, lo[0], lo[1], lo[2], lo[3], xr[4 * p], xr[4 * p + 1]);
         tk_mma_f16(c1, hi[0], hi[1], hi[2], hi[3], xr[4 * p + 2], xr[4 * p + 3]);
     }
-    const float s0 = __uint_as_float(sbv.x << 16), s1 = __uint_as_float(sbv.x & 0xffff0000u);
-    const float b0 = __uint_as_float(sbv.y << 16), b1 = __uint_as_float(sbv.y & 0xffff0000u);
-    const float t0 = fmaf(-1024.0f, XY.y, fmaf(c1[0], 0.0625f, c0[0]));
-    const float t1 = fmaf(-1024.0f, XY.y, fmaf(c1[2], 0.0625f, c0[2]));
-    acc[0] = fmaf(b0, XY.x, fmaf(s0, t0, acc[0]));
-    acc[1] = fmaf(b1, XY.x, fmaf(s1, t1, acc[1]));
+    st_group_sums(c0, c1, sbv, XY, acc);
 }
 
 #endif /* TERN_CUDA_STEP_CUH */
