@@ -72,6 +72,36 @@ def main():
     if att:
         print("attention, us after the last qkv epilogue: " +
               ", ".join("%s %.2f" % (k, statistics.mean(v)) for k, v in att.items()))
+    per_block(rows, ops)
+
+
+def per_block(rows, ops):
+    """gate_up's GEMV per block (median over layers 2..), with the block's SM
+    (op 0's sm column): are the slow blocks slow for their work or their SM?"""
+    sm = {int(r["block"]): int(r.get("sm", -1)) for r in rows[ops[0]]}
+    gemv, late = defaultdict(list), defaultdict(int)
+    gu = [op for op in ops if KINDS[int(rows[op][0]["kind"])] == "gate_up"][2:]
+    for op in gu:
+        for r in rows[op]:
+            gemv[int(r["block"])].append((int(r["gemv_done"]) - int(r["x_ready"])) / 1e3)
+        done = sorted(rows[op], key=lambda r: int(r["epilogue_done"]))
+        for r in done[-4:]:
+            late[int(r["block"])] += 1
+    if not gemv or min(sm.values()) < 0:
+        return
+    med = {b: statistics.median(v) for b, v in gemv.items()}
+    order = sorted(med, key=med.get)
+    fmt = lambda b: "%d@sm%d %.2f" % (b, sm[b], med[b])
+    print("gate_up GEMV by block (us, median over layers 2..; block@SM): fastest " +
+          ", ".join(fmt(b) for b in order[:6]) + "; slowest " + ", ".join(fmt(b) for b in order[-8:]))
+    print("latest 4 gate_up epilogues (block@SM: layers): " +
+          ", ".join("%d@sm%d: %d" % (b, sm[b], n) for b, n in sorted(late.items(), key=lambda x: -x[1])[:8]))
+    tpc = defaultdict(list)
+    for b, m in med.items():
+        tpc[sm[b] // 2].append(b)
+    print("blocks sharing a TPC with one of the 4 slowest: " + ", ".join(
+        "sm%d-%d: %s" % (2 * t, 2 * t + 1, " ".join(fmt(b) for b in tpc[t]))
+        for t in sorted({sm[b] // 2 for b in order[-4:]})))
 
 
 if __name__ == "__main__":

@@ -243,7 +243,7 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
     a->pf = env_int("TERN_CUDA_STEP_PF", 0, 64, 0);
     a->pf_ops = env_int("TERN_CUDA_STEP_PF_OPS", 0, 31, 15);
     tk_step_set_spin((unsigned)env_int("TERN_CUDA_STEP_SPIN_NS", 0, 100000, 0));
-    a->tune = env_int("TERN_CUDA_STEP_TUNE", 0, 4095, 0);
+    a->tune = env_int("TERN_CUDA_STEP_TUNE", 0, 8191, 0);
     if (a->tune & 152)
         tern_log(TERN_LOG_WARN,
                  "decode step kernel: TERN_CUDA_STEP_TUNE=%d gives wrong logits "
@@ -308,8 +308,9 @@ enum tern_status tern_cuda_step_run(struct tern_backend *be, struct tern_step_pl
     return TERN_OK;
 }
 
-/* The last step's stamps as CSV (op, kind, block, then the four stamps in
- * ns from the step's first), for scripts/step-stamps.py. */
+/* The last step's stamps as CSV (op, kind, block, then the stamps in ns
+ * from the step's first; op 0's last column the block's SM id), for
+ * scripts/step-stamps.py. */
 static void write_stamps(struct tern_cuda *c, struct tern_step_plan *p, const char *path)
 {
     size_t n = (size_t)p->n_ops * (size_t)p->grid * TK_STEP_STAMPS;
@@ -324,14 +325,15 @@ static void write_stamps(struct tern_cuda *c, struct tern_step_plan *p, const ch
         for (size_t i = 0; i < n; i += TK_STEP_STAMPS)
             if (h[i] && h[i] < t0) t0 = h[i];
         fprintf(fp, "op,kind,block,start,x_ready,gemv_done,epilogue_done,att_q,att_kv,"
-                    "att_passes,att_parts,att_out,att_qk,att_softmax\n");
+                    "att_passes,att_parts,att_out,att_qk,att_softmax,sm\n");
         for (int op = 0; op < p->n_ops; op++)
             for (int b = 0; b < p->grid; b++) {
                 const unsigned long long *e =
                     h + ((size_t)op * (size_t)p->grid + (size_t)b) * TK_STEP_STAMPS;
                 fprintf(fp, "%d,%d,%d", op, op == p->n_ops - 1 ? 4 : op % 4, b);
-                for (int k = 0; k < TK_STEP_STAMPS; k++) /* 0: not stamped (no attention item) */
+                for (int k = 0; k < TK_STEP_STAMPS - 1; k++) /* 0: not stamped (no item) */
                     fprintf(fp, ",%lld", e[k] ? (long long)(e[k] - t0) : -1ll);
+                fprintf(fp, ",%lld", op == 0 ? (long long)e[TK_STEP_STAMPS - 1] : -1ll); /* SM */
                 fprintf(fp, "\n");
             }
     }

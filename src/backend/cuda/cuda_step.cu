@@ -49,6 +49,7 @@
 #define ST_REC        (TK_STEP_REC_BYTES / 16) /* uint4 per record */
 #define ST_LT         TK_STEP_LT
 #define ST_SPL        64 /* K/V rows per attention pass */
+#define ST_STAMP_SM   11 /* op 0's last stamp: the block's SM id (not a time) */
 #define ST_RING_BYTES (ST_NW * ST_S * ST_C * ST_REC * 16)
 #define ST_X_BYTES    (TK_STEP_MAX_K * 2)
 #define ST_ATT_PER                                                                                 \
@@ -195,7 +196,8 @@ static __device__ __forceinline__ void st_l2_ahead(st_cur c, const char *src, in
 /* Stamp k of (op, block) when a.stamps is set (TERN_CUDA_STEP_STAMPS): 0-3
  * the op's start, x ready, GEMV done, epilogue done; 4-8 its attention
  * item's q ready, first K / V rows in, passes done, partials in (merger)
- * or out, output out; 9-10 its first pass's q . k and softmax done. */
+ * or out, output out; 9-10 its first pass's q . k and softmax done; op
+ * 0's 11 the block's SM (ST_STAMP_SM). */
 static __device__ __forceinline__ void st_stamp(const tk_step_args &a, int op, int k)
 {
     if (a.stamps && threadIdx.x == 0) {
@@ -321,7 +323,7 @@ static __device__ float st_norm(const float *plain, const uint4 *ll, uint32_t f,
     __syncthreads();
     float tot = 0.0f;
     for (int k = 0; k < ST_NW; k++) tot += red[k];
-    float inv = rsqrtf(tot / (float)n + eps);
+    float inv = rsqrtf(__fdividef(tot, (float)n) + eps);   /* no IEEE division's slow path */
     const __nv_bfloat162 *wp = (const __nv_bfloat162 *)xs; /* w, then x over it */
     for (int i = threadIdx.x; i < nl; i += nt) { /* a warp's 32 pairs: one 64-value group */
         float2 v = stage[i], wv = __bfloat1622float2(wp[i]);
@@ -338,7 +340,8 @@ static __device__ float st_norm(const float *plain, const uint4 *ll, uint32_t f,
         float p1 = __shfl_xor_sync(0xffffffffu, p, 2);
         if ((threadIdx.x & 31) == 0) xsum[i / 32] = make_float2(p + p1, fmaf(p1, 0.0625f, p));
     }
-    if (stash_lks >= 0) st_stash((const float *)stage, n, stash_lks, stash); /* after the barrier */
+    if (stash_lks >= 0) /* after the barrier */
+        st_stash((const float *)stage, n, stash_lks, stash);
     return mx;
 }
 
@@ -581,7 +584,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         for (int j = 0; j < ST_ATT_PER; j++) {
             int i = tid + j * nt;
             if (j * nt >= G * hd) break; /* warp-uniform: the lanes shuffle */
-            float o = i < G * hd ? acc[j] / S->l[st_div(i, P->m_hd)] : 0.0f;
+            float o = i < G * hd ? __fdividef(acc[j], S->l[st_div(i, P->m_hd)]) : 0.0f; /* l >= 1 */
             st_put4(out, i, o, i < G * hd, f);
         }
         st_stamp(a, op, 8);
@@ -648,7 +651,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
             L = fmaf(e[hd + 1], fc, L);
         }
         L = tk_warp_sum(L);
-        if (lane == 0) S->fac[warp] = L;
+        if (lane == 0) S->fac[warp] = __fdividef(1.0f, L); /* L >= 1 */
     }
     __syncthreads();
 #pragma unroll
@@ -663,7 +666,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
                 const float *e = ws + (s2 * G + g) * ast;
                 A = fmaf(e[d], e[hd + 2], A);
             }
-            o = A / S->fac[g];
+            o = A * S->fac[g];
         }
         st_put4(out, i, o, i < G * hd, f);
     }
@@ -697,8 +700,8 @@ static __device__ void st_finish(const tk_step_args &a, const tk_step_op &o, int
         float u = __bfloat162float(__float2bfloat16(__shfl_down_sync(0xffffffffu, v, 8)));
         float gv = __bfloat162float(__float2bfloat16(v));
         int ra = tile * 8 + lane;
-        st_put4(st_ll(a, layer, a.ll_act), ra, gv / (1.0f + __expf(-gv)) * u, lane < 8 && ra < a.F,
-                f);
+        st_put4(st_ll(a, layer, a.ll_act), ra, __fdividef(gv, 1.0f + __expf(-gv)) * u,
+                lane < 8 && ra < a.F, f);
         break;
     }
     case ST_LM:
@@ -753,6 +756,11 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         tk_rope_cs((float)__ldg(a.pos), a.inv_freq[threadIdx.x], a.mscale, P.cos[threadIdx.x],
                    P.sin[threadIdx.x]);
     if (threadIdx.x == 0) xmax = 0u;
+    if (a.stamps && threadIdx.x == 0) { /* the block's SM, for the per-block view */
+        unsigned sm;
+        asm("mov.u32 %0, %%smid;" : "=r"(sm));
+        a.stamps[(size_t)blockIdx.x * TK_STEP_STAMPS + ST_STAMP_SM] = sm;
+    }
     if (threadIdx.x == 0) P.ctx = __ldg(a.seq_len), P.pos = __ldg(a.pos), P.slot = __ldg(a.slot);
     if (threadIdx.x == 0) /* launches run in stream order, each adds gridDim.x */
         flag_s = (uint32_t)(atomicAdd(a.epoch, 1ull) / gridDim.x) + 1u;
@@ -785,12 +793,8 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         auto write_x = [&](float xmul) -> float {
             if (o.kind == ST_O)
                 return ll_copy(st_ll(a, layer, a.ll_attn), o.in / 4, f, (uint2 *)xs, xsum, xmul);
-            if (o.kind == ST_DOWN) {
-                if (a.tune & 512) /* experiment: the act's lines in one batch */
-                    return ll_copy<8>(st_ll(a, layer, a.ll_act), o.in / 4, f, (uint2 *)xs, xsum,
-                                      xmul);
+            if (o.kind == ST_DOWN)
                 return ll_copy(st_ll(a, layer, a.ll_act), o.in / 4, f, (uint2 *)xs, xsum, xmul);
-            }
             const uint4 *src =
                 prev < 0 ? NULL : st_ll(a, prev, o.kind == ST_GU ? a.ll_res_o : a.ll_res_d);
             return st_norm(prev < 0 ? a.res : NULL, src, f, o.in, (const bf16 *)o.norm_w, a.eps, xs,
@@ -800,12 +804,16 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         float mx = 0.0f;
         if (a.tune & 8) { /* experiment: no phases (x as it is) */
         } else {
-            if (o.kind == ST_O) /* the attention, then its output as x */
-                for (int it = blockIdx.x; it < a.nkv * P.n_sp; it += gridDim.x) {
+            if (o.kind == ST_O) {                 /* the attention, then its output as x */
+                const int dbl = a.tune >> 12 & 1; /* TUNE & 4096: each item twice (timing) */
+                for (int v = 0;; v++) {
+                    int it = blockIdx.x + (v >> dbl) * gridDim.x;
+                    if (it >= a.nkv * P.n_sp) break;
                     st_att_item(a, &P, op, layer, it == blockIdx.x ? P.att_h : it / P.n_sp,
                                 it == blockIdx.x ? P.att_sp : it % P.n_sp, P.n_sp, P.spl, att, f);
                     __syncthreads(); /* the item's shared memory before the next */
                 }
+            }
             mx = write_x(1.0f);
         }
         /* the barrier after x also says whether a value was beyond f16 (rare:

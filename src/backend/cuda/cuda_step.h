@@ -21,7 +21,7 @@ extern "C" {
 #define TK_STEP_MAX_HD     128
 #define TK_STEP_NW         16  /* warps per block, one block per SM */
 #define TK_STEP_LT         32  /* tiles a group of warps takes in one op, at most */
-#define TK_STEP_STAMPS     11  /* stamps per op and block (TERN_CUDA_STEP_STAMPS) */
+#define TK_STEP_STAMPS     12  /* stamps per op and block (TERN_CUDA_STEP_STAMPS) */
 #define TK_STEP_REC_BYTES  576 /* a record: one (16-row tile, 64-k group), cuda_step_repack.cu */
 #define TK_STEP_CHUNK      4   /* records a warp's ring copies at a time */
 
@@ -68,7 +68,8 @@ typedef struct tk_step_args {
                * every phase (x as it is), 16 every record's arithmetic, 128
                * the weight stream (the arithmetic on what the rings hold);
                * with right logits: 256 the f16 overflow path in
-               * every op, 512 the down op's x lines in one batch */
+               * every op, 4096 every attention item run twice (the stamps
+               * the second's: its code warm, its data in place) */
     void *kc[TK_STEP_MAX_LAYERS], *vc[TK_STEP_MAX_LAYERS];
 } tk_step_args;
 
@@ -100,6 +101,7 @@ static inline int64_t tk_step_records(int64_t tiles, int64_t nG, int grid, int l
  * (n_splits x G x (hd + 4) must fit). */
 size_t tk_step_smem_bytes(void);
 size_t tk_step_merge_floats(void);
+
 /* Blocks of the kernel that fit on one SM (0: it cannot run here). */
 cudaError_t tk_step_fits(int *blocks_per_sm);
 /* Repacks an MLX 4-bit group-64 matrix [rows, in] (BF16 scales / biases)
