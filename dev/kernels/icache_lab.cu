@@ -16,8 +16,8 @@
  * a capacity sweep (16 such segments after E KB of other code). Findings
  * (call 9, docs/perf/quant.md session 11): straight code runs nearly as
  * fast cold (the fetch streams it), but every taken jump to a line not in
- * the caches costs ~60-90 cycles from the second level (~32-128 KB away)
- * and ~230-300 from L2 (past ~128-192 KB), even with the GPU idle.
+ * the first level costs ~60 cycles more from the second (code run within
+ * ~32-128 KB) and ~230-270 more from L2 (past ~128-192 KB), GPU idle.
  * (The bodies inline: one copy each, run twice by a loop that is not
  * unrolled; no calls, whose reference arguments went through the stack.)
  * Run: ./icache_lab
