@@ -124,6 +124,17 @@ static __global__ void __launch_bounds__(512, 1) k_cap(long long *t, float *sink
     sink[blockIdx.x * blockDim.x + threadIdx.x] = a + b + c + d;
 }
 
+static void run_cap(int k, int nsm, long long *t, float *sink)
+{
+    const float m = 1.0000001f, n = 1e-7f;
+    if (k == 0) k_cap<16><<<nsm, 512>>>(t, sink, m, n);
+    if (k == 1) k_cap<32><<<nsm, 512>>>(t, sink, m, n);
+    if (k == 2) k_cap<64><<<nsm, 512>>>(t, sink, m, n);
+    if (k == 3) k_cap<96><<<nsm, 512>>>(t, sink, m, n);
+    if (k == 4) k_cap<128><<<nsm, 512>>>(t, sink, m, n);
+    if (k == 5) k_cap<192><<<nsm, 512>>>(t, sink, m, n);
+}
+
 template <int K> static void run_body(int nsm, long long *t, float *sink)
 {
     k_lab<K><<<nsm, 512>>>(t, sink, 1.0000001f, 1e-7f);
@@ -173,21 +184,8 @@ int main()
     printf("16 segments (17 KB) after E KB of other code: cycles per segment, cold / warm\n");
     for (int k = 0; k < 6; k++) {
         static const int E[6] = {16, 32, 64, 96, 128, 192};
-        if (k == 0) k_cap<16><<<nsm, 512>>>(t, sink, 1.0000001f, 1e-7f);
-        if (k == 1) k_cap<32><<<nsm, 512>>>(t, sink, 1.0000001f, 1e-7f);
-        if (k == 2) k_cap<64><<<nsm, 512>>>(t, sink, 1.0000001f, 1e-7f);
-        if (k == 3) k_cap<96><<<nsm, 512>>>(t, sink, 1.0000001f, 1e-7f);
-        if (k == 4) k_cap<128><<<nsm, 512>>>(t, sink, 1.0000001f, 1e-7f);
-        if (k == 5) k_cap<192><<<nsm, 512>>>(t, sink, 1.0000001f, 1e-7f);
         for (int rep = 0; rep < 2; rep++) { /* the second launch: code from L2 */
-            if (rep == 1) {
-                if (k == 0) k_cap<16><<<nsm, 512>>>(t, sink, 1.0000001f, 1e-7f);
-                if (k == 1) k_cap<32><<<nsm, 512>>>(t, sink, 1.0000001f, 1e-7f);
-                if (k == 2) k_cap<64><<<nsm, 512>>>(t, sink, 1.0000001f, 1e-7f);
-                if (k == 3) k_cap<96><<<nsm, 512>>>(t, sink, 1.0000001f, 1e-7f);
-                if (k == 4) k_cap<128><<<nsm, 512>>>(t, sink, 1.0000001f, 1e-7f);
-                if (k == 5) k_cap<192><<<nsm, 512>>>(t, sink, 1.0000001f, 1e-7f);
-            }
+            run_cap(k, nsm, t, sink);
             if (cudaDeviceSynchronize() != cudaSuccess) return 1;
         }
         cudaMemcpy(h.data(), t, (size_t)nsm * 2 * sizeof h[0], cudaMemcpyDeviceToHost);
