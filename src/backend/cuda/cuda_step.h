@@ -26,8 +26,8 @@ extern "C" {
 #define TK_STEP_CHUNK      4   /* records a warp's ring copies at a time */
 
 /* One GEMV of the step: records of (16-row tile, 64-k group),
- * TK_STEP_REC_BYTES each, in the kernel's order (tk_step_records). kind: 0 qkv, 1 o, 2 gate_up, 3
- * down, 4 lm_head. */
+ * TK_STEP_REC_BYTES each, in the kernel's order (tk_step_records).
+ * kind: 0 qkv, 1 o, 2 gate_up, 3 down, 4 lm_head. */
 typedef struct tk_step_op {
     const void *rec;
     const void *norm_w; /* BF16 [in]: the RMSNorm before it (qkv, gate_up, lm_head), else NULL */
@@ -101,7 +101,6 @@ static inline int64_t tk_step_records(int64_t tiles, int64_t nG, int grid, int l
  * (n_splits x G x (hd + 4) must fit). */
 size_t tk_step_smem_bytes(void);
 size_t tk_step_merge_floats(void);
-
 /* Blocks of the kernel that fit on one SM (0: it cannot run here). */
 cudaError_t tk_step_fits(int *blocks_per_sm);
 /* Repacks an MLX 4-bit group-64 matrix [rows, in] (BF16 scales / biases)
