@@ -51,6 +51,12 @@ struct sse {
     int64_t last_out_ns;
 };
 
+void srv_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
 static int64_t now_ns(void)
 {
     struct timespec ts;
@@ -180,6 +186,7 @@ static void active_add(struct srv *s, struct srv_active *n)
     n->next = s->active;
     if (s->active) s->active->prev = n;
     s->active = n;
+    if (s->cancelling) srv_gen_cancel(n->gen);
     pthread_mutex_unlock(&s->active_lock);
 }
 
@@ -196,6 +203,7 @@ static void active_del(struct srv *s, struct srv_active *n)
 void srv_cancel_all(struct srv *s)
 {
     pthread_mutex_lock(&s->active_lock);
+    s->cancelling = true;
     for (struct srv_active *n = s->active; n; n = n->next) srv_gen_cancel(n->gen);
     pthread_mutex_unlock(&s->active_lock);
 }
@@ -319,6 +327,7 @@ static enum MHD_Result do_generate(struct MHD_Connection *c, struct hreq *h)
         return respond_err(c, h, &err);
     }
     h->inflight = true; /* on_completed gives it back once the response is out */
+    if (s->o.test_admit_delay_ms > 0) srv_sleep_ms(s->o.test_admit_delay_ms);
     int32_t *ids = NULL, n_ids = 0;
     bool think_open = false;
     char *prefill = NULL;

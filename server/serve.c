@@ -34,7 +34,9 @@ static const char USAGE[] =
     "  --shutdown-grace-ms N  on SIGINT/SIGTERM, how long in-flight requests may run on\n"
     "                         before they are cancelled (default 15000)\n"
     "  --test-script FILE     testing: force each request's output to the next entry of a\n"
-    "                         JSON list of token-id lists or strings\n";
+    "                         JSON list of token-id lists or strings\n"
+    "  --test-admit-delay-ms N testing: pause each generation request this long between\n"
+    "                         its admission and its start\n";
 
 static bool parse_opts(int argc, char **argv, struct srv_opts *o, int *rc)
 {
@@ -90,6 +92,9 @@ static bool parse_opts(int argc, char **argv, struct srv_opts *o, int *rc)
         } else if (!strcmp(a, "--keepalive-ms")) {
             if (!cli_parse_int("serve", a, v, 10, 3600000, &x)) return false;
             o->keepalive_ms = (int)x;
+        } else if (!strcmp(a, "--test-admit-delay-ms")) {
+            if (!cli_parse_int("serve", a, v, 0, 60000, &x)) return false;
+            o->test_admit_delay_ms = (int)x;
         } else if (!strcmp(a, "--shutdown-grace-ms")) {
             if (!cli_parse_int("serve", a, v, 0, 3600000, &x)) return false;
             o->shutdown_grace_ms = (int)x;
@@ -205,18 +210,12 @@ fail:
     return NULL;
 }
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
-    nanosleep(&ts, NULL);
-}
-
 /* Waits for in-flight requests up to ms; true when none are left. */
 static bool drain(struct srv *s, int ms)
 {
     for (int t = 0; t < ms; t += 20) {
         if (atomic_load(&s->inflight) == 0) return true;
-        sleep_ms(20);
+        srv_sleep_ms(20);
     }
     return atomic_load(&s->inflight) == 0;
 }

@@ -327,6 +327,7 @@ struct srv_opts {
     int max_context;    /* tokens per sequence; 0 = the model's */
     int keepalive_ms;   /* SSE ": keep-alive" comment interval */
     int shutdown_grace_ms; /* in-flight requests may finish this long after SIGTERM */
+    int test_admit_delay_ms; /* testing: a pause between a request's admission and its start */
     enum tern_device device;
     bool always_usage;
 };
@@ -346,18 +347,21 @@ struct srv {
     pthread_mutex_t metrics_lock;
     pthread_mutex_t active_lock;
     struct srv_active *active;
+    bool cancelling; /* srv_cancel_all ran: generations registered later are cancelled at once */
     int32_t **script; /* --test-script entries */
     int32_t *script_n;
     int n_script;
     atomic_uint script_next;
 };
 
+void srv_sleep_ms(int ms);
 /* http.c: starts listening (the model may still be loading); fills *port. */
 bool srv_http_start(struct srv *s, int *port);
 /* Stops accepting new connections. */
 void srv_http_quiesce(struct srv *s);
 void srv_http_stop(struct srv *s);
-/* Cancels every running generation. */
+/* Cancels every running generation, and every one registered from now on (a
+ * request between its admission and its start when shutdown's grace ends). */
 void srv_cancel_all(struct srv *s);
 
 #endif

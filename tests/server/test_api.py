@@ -606,21 +606,32 @@ def test_graceful_shutdown_finishes_inflight(make_server):
         requests.get(s.url + "/health", timeout=2)
 
 
-def test_shutdown_after_grace_answers_inflight(make_server):
+@pytest.mark.parametrize("delay", [0, 300])
+def test_shutdown_after_grace_answers_inflight(make_server, delay):
     """Past the grace period in-flight requests are cancelled, yet still get a
-    well-formed answer: a 503 error body, or an error event and [DONE]."""
-    s = make_server("--max-seqs", "2", "--max-context", "1024", "--shutdown-grace-ms", "0")
+    well-formed answer: a 503 error body, or an error event and [DONE]. With
+    delay, the signal comes while both requests are admitted but not yet
+    started (their prompts being built): they once ran to the end unnoticed by
+    the cancel, and the stream was cut when the server stopped."""
+    extra = ["--test-admit-delay-ms", str(delay)] if delay else []
+    s = make_server("--max-seqs", "2", "--max-context", "1024", "--shutdown-grace-ms", "0", *extra)
     out = {}
     body = {"messages": USER, "max_tokens": 900, "ignore_eos": True}
 
     def plain():
-        out["plain"] = requests.post(s.url + "/v1/chat/completions", json=body, timeout=60)
+        try:
+            out["plain"] = requests.post(s.url + "/v1/chat/completions", json=body, timeout=60)
+        except Exception as e:  # noqa: BLE001 - reported below
+            out["plain_e"] = e
 
     def streamed():
-        with requests.post(s.url + "/v1/chat/completions", json={**body, "stream": True},
-                           stream=True, timeout=60) as r:
-            out["stream_status"] = r.status_code
-            out["stream"] = sse_events(r)[0]
+        try:
+            with requests.post(s.url + "/v1/chat/completions", json={**body, "stream": True},
+                               stream=True, timeout=60) as r:
+                out["stream_status"] = r.status_code
+                out["stream"] = sse_events(r)[0]
+        except Exception as e:  # noqa: BLE001 - reported below
+            out["stream_e"] = e
 
     ts = [threading.Thread(target=plain), threading.Thread(target=streamed)]
     for t in ts:
@@ -632,6 +643,7 @@ def test_shutdown_after_grace_answers_inflight(make_server):
     assert s.stop() == 0
     for t in ts:
         t.join(10)
+    assert "plain_e" not in out and "stream_e" not in out, out
     e = err(out["plain"], 503, None)
     assert "cancelled" in e["message"]
     data = out["stream"]
