@@ -6,12 +6,21 @@
  * weight stream on or off (TERN_CUDA_STEP_TUNE=144) and with their code
  * warm (TUNE=4096): ~1300, ~750 and ~1600 cycles for ~60, ~90 and ~120
  * instructions per warp. Here one 16-warp block per SM runs the same three
- * steps (the code of st_att_item in cuda_step.cu: G = 4 q heads, hd = 128,
- * 64 positions, K / V rows and q in shared memory) five times in a loop
- * that is not unrolled, stamping clock64 and globaltimer after each
- * barrier. Prints, median over the SMs, each step's cycles and ns in each
- * repetition (the first after the launch: its code cold).
- * Run: ./att_lab
+ * steps (G = 4 q heads, hd = 128 passed at run time as in the kernel, 64
+ * positions, K / V rows and q in shared memory) five times in a loop that
+ * is not unrolled, stamping clock64 and globaltimer after each barrier:
+ * first the kernel's code (st_att_item in cuda_step.cu at edb2078), then
+ * branch wip/s12-att-ilp's (no branch between the k-steps, which multiply
+ * zeros past hd / n16; q . k in four MMA chains, p . v's high and low parts
+ * by position parity in four). Prints, median over the SMs, each step's
+ * cycles and ns per repetition (the first after the launch: its code cold)
+ * and how far the two variants' outputs differ.
+ * Call 3 of session 12 (the kernel's code with hd and the trip counts known
+ * at compile time, so q . k fully unrolled with its loads first): q . k 756
+ * cycles, softmax 609, p . v 1040, warm, ~1.8 GHz: most of the kernel's
+ * 0.68 / 0.38 / 0.81 us is the steps' own dependent latency (q . k: two
+ * chains of four HMMAs; p . v: one of eight).
+ * Run: ./att_lab (exits 1 when the variants' outputs differ)
  * Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I src \
  *          dev/kernels/att_lab.cu -o att_lab
  */
@@ -31,8 +40,37 @@ struct lab_smem {
     float m[8], l[8], fac[8];
 };
 
-__global__ void __launch_bounds__(NW * 32, 1) k_att(long long *cyc, long long *ns, float *out,
-                                                     float scale)
+/* ILP false: the kernel's code (cuda_step.cu at edb2078); true: branch
+ * wip/s12-att-ilp's (no branch between k-steps, 4 + 4 MMA chains) */
+static __device__ __forceinline__ void qk_store(lab_smem &S, const float *c0, const float *c1,
+                                                int warp, int g4, int t4, int n, float scale)
+{
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        int head = 2 * t4 + (e & 1), p = 16 * warp + g4 + 8 * (e >> 1);
+        if (head < G && p < n) S.s[head][p] = __fmul_rn(c0[e] + c1[e], scale);
+    }
+}
+
+/* p (softmax numerators) of head g4, positions 16 kk + 2 t4 (+ 1, + 8, + 9),
+ * as bf16 high and low parts: the A operand of p . v */
+static __device__ __forceinline__ void p_split(const lab_smem &S, int kk, int g4, int t4,
+                                               uint32_t &h0, uint32_t &l0, uint32_t &h2,
+                                               uint32_t &l2)
+{
+    float2 pa = *(const float2 *)&S.s[g4][16 * kk + 2 * t4];
+    float2 pb = *(const float2 *)&S.s[g4][16 * kk + 2 * t4 + 8];
+    __nv_bfloat162 ha = __floats2bfloat162_rn(pa.x, pa.y), hb = __floats2bfloat162_rn(pb.x, pb.y);
+    float2 fa = __bfloat1622float2(ha), fb = __bfloat1622float2(hb);
+    __nv_bfloat162 la = __floats2bfloat162_rn(pa.x - fa.x, pa.y - fa.y);
+    __nv_bfloat162 lb = __floats2bfloat162_rn(pb.x - fb.x, pb.y - fb.y);
+    h0 = *(const uint32_t *)&ha, h2 = *(const uint32_t *)&hb;
+    l0 = *(const uint32_t *)&la, l2 = *(const uint32_t *)&lb;
+}
+
+template <bool ILP>
+__global__ void __launch_bounds__(NW * 32, 1)
+    k_att(long long *cyc, long long *ns, float *out, float scale, int hd)
 {
     __shared__ lab_smem S;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g4 = lane >> 2, t4 = lane & 3;
@@ -52,26 +90,43 @@ __global__ void __launch_bounds__(NW * 32, 1) k_att(long long *cyc, long long *n
         __syncthreads();
         c[0] = clock64();
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t[0]));
-        if (warp < n16 / 16) { /* q . k, as st_att_item */
+        if (warp < n16 / 16 && !ILP) { /* q . k, as st_att_item */
             float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             const bf16 *krow = &S.k[16 * warp + (lane & 15)][8 * (lane >> 4)];
-            const uint32_t *qg = (const uint32_t *)(S.qb + g4 * HD) + t4;
-            for (int ks = 0; ks < HD / 16; ks += 2) {
+            const uint32_t *qg = (const uint32_t *)(S.qb + g4 * hd) + t4;
+            for (int ks = 0; ks < hd / 16; ks += 2) {
                 uint32_t k0, k1, k2, k3;
                 asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                              : "=r"(k0), "=r"(k1), "=r"(k2), "=r"(k3)
                              : "r"(tk_smem_u32(krow + 16 * ks)));
                 tk_mma_bf16(c0, k0, k1, k2, k3, qg[8 * ks], qg[8 * ks + 4]);
+                if (ks + 1 == hd / 16) break;
                 asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                              : "=r"(k0), "=r"(k1), "=r"(k2), "=r"(k3)
                              : "r"(tk_smem_u32(krow + 16 * ks + 16)));
                 tk_mma_bf16(c1, k0, k1, k2, k3, qg[8 * ks + 8], qg[8 * ks + 12]);
             }
+            qk_store(S, c0, c1, warp, g4, t4, n, scale);
+        }
+        if (warp < n16 / 16 && ILP) { /* branch-free, four chains */
+            const bf16 *krow = &S.k[16 * warp + (lane & 15)][8 * (lane >> 4)];
+            const uint32_t *qg = (const uint32_t *)(S.qb + g4 * hd) + t4;
+            float cc[4][4] = {};
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int head = 2 * t4 + (e & 1), p = 16 * warp + g4 + 8 * (e >> 1);
-                if (head < G && p < n) S.s[head][p] = __fmul_rn(c0[e] + c1[e], scale);
+            for (int ks = 0; ks < HD / 16; ks++) {
+                const bool in = ks < hd / 16;
+                uint32_t k0, k1, k2, k3;
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                             : "=r"(k0), "=r"(k1), "=r"(k2), "=r"(k3)
+                             : "r"(tk_smem_u32(krow + 16 * ks)));
+                uint32_t q0 = in ? qg[8 * ks] : 0u, q1 = in ? qg[8 * ks + 4] : 0u;
+                k0 = in ? k0 : 0u, k1 = in ? k1 : 0u, k2 = in ? k2 : 0u, k3 = in ? k3 : 0u;
+                tk_mma_bf16(cc[ks & 3], k0, k1, k2, k3, q0, q1);
             }
+            float c0[4], c1[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) c0[e] = cc[0][e] + cc[2][e], c1[e] = cc[1][e] + cc[3][e];
+            qk_store(S, c0, c1, warp, g4, t4, n, scale);
         }
         __syncthreads();
         c[1] = clock64();
@@ -80,7 +135,8 @@ __global__ void __launch_bounds__(NW * 32, 1) k_att(long long *cyc, long long *n
             float v0 = lane < n ? S.s[g][lane] : -INFINITY;
             float v1 = lane + 32 < n ? S.s[g][lane + 32] : -INFINITY;
             float mp = tk_warp_max(fmaxf(v0, v1)), mo = S.m[g], mn = fmaxf(mo, mp);
-            float e0 = lane < n ? __expf(v0 - mn) : 0.0f, e1 = lane + 32 < n ? __expf(v1 - mn) : 0.0f;
+            float e0 = lane < n ? __expf(v0 - mn) : 0.0f,
+                  e1 = lane + 32 < n ? __expf(v1 - mn) : 0.0f;
             S.s[g][lane] = e0, S.s[g][lane + 32] = e1;
             float sum = tk_warp_sum(e0 + e1);
             if (lane == 0) {
@@ -91,7 +147,7 @@ __global__ void __launch_bounds__(NW * 32, 1) k_att(long long *cyc, long long *n
         __syncthreads();
         c[2] = clock64();
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t[2]));
-        if (warp < HD / 8) { /* p . v */
+        if (warp < hd / 8 && !ILP) { /* p . v, as st_att_item */
             float cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             for (int kk = 0; kk < n16 / 16; kk++) {
                 uint32_t v0, v1;
@@ -99,23 +155,35 @@ __global__ void __launch_bounds__(NW * 32, 1) k_att(long long *cyc, long long *n
                              : "=r"(v0), "=r"(v1)
                              : "r"(tk_smem_u32(&S.v[16 * kk + (lane & 15)][8 * warp])));
                 uint32_t h0 = 0u, l0 = 0u, h2 = 0u, l2 = 0u;
-                if (g4 < G) {
-                    float2 pa = *(const float2 *)&S.s[g4][16 * kk + 2 * t4];
-                    float2 pb = *(const float2 *)&S.s[g4][16 * kk + 2 * t4 + 8];
-                    __nv_bfloat162 ha = __floats2bfloat162_rn(pa.x, pa.y);
-                    __nv_bfloat162 hb = __floats2bfloat162_rn(pb.x, pb.y);
-                    float2 fa = __bfloat1622float2(ha), fb = __bfloat1622float2(hb);
-                    __nv_bfloat162 la = __floats2bfloat162_rn(pa.x - fa.x, pa.y - fa.y);
-                    __nv_bfloat162 lb = __floats2bfloat162_rn(pb.x - fb.x, pb.y - fb.y);
-                    h0 = *(const uint32_t *)&ha, h2 = *(const uint32_t *)&hb;
-                    l0 = *(const uint32_t *)&la, l2 = *(const uint32_t *)&lb;
-                }
+                if (g4 < G) p_split(S, kk, g4, t4, h0, l0, h2, l2);
                 tk_mma_bf16(cc, h0, 0u, h2, 0u, v0, v1);
                 tk_mma_bf16(cc, l0, 0u, l2, 0u, v0, v1);
             }
             if (g4 < G) {
                 float fc = S.fac[g4];
                 o2[0] = fmaf(o2[0], fc, cc[0]), o2[1] = fmaf(o2[1], fc, cc[1]);
+            }
+        }
+        if (warp < hd / 8 && ILP) { /* branch-free, hi / lo x kk parity: four chains */
+            float ch[2][4] = {}, cl[2][4] = {};
+#pragma unroll
+            for (int kk = 0; kk < SPL / 16; kk++) {
+                const bool in = kk < n16 / 16;
+                uint32_t v0, v1;
+                asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];"
+                             : "=r"(v0), "=r"(v1)
+                             : "r"(tk_smem_u32(&S.v[16 * kk + (lane & 15)][8 * warp])));
+                v0 = in ? v0 : 0u, v1 = in ? v1 : 0u;
+                uint32_t h0, l0, h2, l2;
+                p_split(S, kk, g4 < G ? g4 : 0, t4, h0, l0, h2, l2);
+                if (g4 >= G) h0 = l0 = h2 = l2 = 0u;
+                tk_mma_bf16(ch[kk & 1], h0, 0u, h2, 0u, v0, v1);
+                tk_mma_bf16(cl[kk & 1], l0, 0u, l2, 0u, v0, v1);
+            }
+            if (g4 < G) {
+                float fc = S.fac[g4];
+                o2[0] = fmaf(o2[0], fc, (ch[0][0] + cl[0][0]) + (ch[1][0] + cl[1][0]));
+                o2[1] = fmaf(o2[1], fc, (ch[0][1] + cl[0][1]) + (ch[1][1] + cl[1][1]));
             }
         }
         __syncthreads();
@@ -130,6 +198,42 @@ __global__ void __launch_bounds__(NW * 32, 1) k_att(long long *cyc, long long *n
     out[blockIdx.x * NW * 32 + tid] = o2[0] + o2[1]; /* keeps the work */
 }
 
+/* Runs variant ILP three times (the last one's stamps kept); prints the
+ * steps' medians over the SMs; returns the outputs for the comparison. */
+template <bool ILP>
+static std::vector<float> run(int sms, long long *cyc, long long *ns, float *out)
+{
+    for (int launch = 0; launch < 3; launch++)
+        k_att<ILP><<<sms, NW * 32>>>(cyc, ns, out, 0.088f, HD);
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) {
+        fprintf(stderr, "att_lab: %s\n", cudaGetErrorString(e));
+        exit(1);
+    }
+    size_t n = (size_t)sms * REPS * NSTEP;
+    std::vector<long long> hc(n), hn(n);
+    std::vector<float> o((size_t)sms * NW * 32);
+    cudaMemcpy(hc.data(), cyc, n * 8, cudaMemcpyDeviceToHost);
+    cudaMemcpy(hn.data(), ns, n * 8, cudaMemcpyDeviceToHost);
+    cudaMemcpy(o.data(), out, o.size() * 4, cudaMemcpyDeviceToHost);
+    const char *names[NSTEP] = {"q . k", "softmax", "p . v"};
+    printf("%s: median over SMs, cycles / ns per repetition\n",
+           ILP ? "branch-free, 4 chains (wip/s12-att-ilp)" : "the kernel's code (edb2078)");
+    for (int s = 0; s < NSTEP; s++) {
+        printf("  %-8s", names[s]);
+        for (int r = 0; r < REPS; r++) {
+            std::vector<long long> a, b;
+            for (int bk = 0; bk < sms; bk++)
+                a.push_back(hc[(bk * REPS + r) * NSTEP + s]),
+                    b.push_back(hn[(bk * REPS + r) * NSTEP + s]);
+            std::sort(a.begin(), a.end()), std::sort(b.begin(), b.end());
+            printf("  %5lld cyc %5lld ns", a[sms / 2], b[sms / 2]);
+        }
+        printf("\n");
+    }
+    return o;
+}
+
 int main()
 {
     int sms = 0;
@@ -138,27 +242,12 @@ int main()
     float *out;
     size_t n = (size_t)sms * REPS * NSTEP;
     cudaMalloc(&cyc, n * 8), cudaMalloc(&ns, n * 8), cudaMalloc(&out, (size_t)sms * NW * 32 * 4);
-    for (int launch = 0; launch < 3; launch++) k_att<<<sms, NW * 32>>>(cyc, ns, out, 0.088f);
-    cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) {
-        fprintf(stderr, "att_lab: %s\n", cudaGetErrorString(e));
-        return 1;
-    }
-    std::vector<long long> hc(n), hn(n);
-    cudaMemcpy(hc.data(), cyc, n * 8, cudaMemcpyDeviceToHost);
-    cudaMemcpy(hn.data(), ns, n * 8, cudaMemcpyDeviceToHost);
-    const char *names[NSTEP] = {"q . k", "softmax", "p . v"};
-    printf("att_lab: %d SMs, one 16-warp block each; median over SMs, cycles / ns per rep\n", sms);
-    for (int s = 0; s < NSTEP; s++) {
-        printf("%-8s", names[s]);
-        for (int r = 0; r < REPS; r++) {
-            std::vector<long long> a, b;
-            for (int bk = 0; bk < sms; bk++)
-                a.push_back(hc[(bk * REPS + r) * NSTEP + s]), b.push_back(hn[(bk * REPS + r) * NSTEP + s]);
-            std::sort(a.begin(), a.end()), std::sort(b.begin(), b.end());
-            printf("  %5lld cyc %5lld ns", a[sms / 2], b[sms / 2]);
-        }
-        printf("\n");
-    }
-    return 0;
+    printf("att_lab: %d SMs, one 16-warp block each (G %d, hd %d, %d positions)\n", sms, G, HD,
+           SPL);
+    std::vector<float> a = run<false>(sms, cyc, ns, out), b = run<true>(sms, cyc, ns, out);
+    double md = 0.0, mx = 0.0;
+    for (size_t i = 0; i < a.size(); i++)
+        md = std::max(md, (double)fabsf(a[i] - b[i])), mx = std::max(mx, (double)fabsf(a[i]));
+    printf("outputs: max |difference| %.3g (max |value| %.3g)\n", md, mx);
+    return md <= 1e-3 * std::max(1.0, mx) ? 0 : 1;
 }
