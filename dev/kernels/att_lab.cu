@@ -12,9 +12,11 @@
  * first the kernel's code (st_att_item in cuda_step.cu at edb2078), then
  * branch wip/s12-att-ilp's (no branch between the k-steps, which multiply
  * zeros past hd / n16; q . k in four MMA chains, p . v's high and low parts
- * by position parity in four). Prints, median over the SMs, each step's
- * cycles and ns per repetition (the first after the launch: its code cold)
- * and how far the two variants' outputs differ.
+ * by position parity in four), then a FlashAttention-2 style pass (k_fa2:
+ * a softmax per warp in registers, no barrier inside a pass). Prints,
+ * median over the SMs, each step's cycles and ns per repetition (the first
+ * after the launch: its code cold) and how far the variants' normalised
+ * outputs differ from the kernel's.
  * Call 3 of session 12 (the kernel's code with hd and the trip counts known
  * at compile time, so q . k fully unrolled with its loads first): q . k 756
  * cycles, softmax 609, p . v 1040, warm, ~1.8 GHz: most of the kernel's
@@ -195,16 +197,152 @@ __global__ void __launch_bounds__(NW * 32, 1)
                 ns[(blockIdx.x * REPS + rep) * NSTEP + s] = t[s + 1] - t[s];
             }
     }
-    out[blockIdx.x * NW * 32 + tid] = o2[0] + o2[1]; /* keeps the work */
+    __syncthreads();
+    if (warp < hd / 8 && g4 < G) { /* the pass's output, normalised: compared across variants */
+        float *o = out + (size_t)blockIdx.x * G * HD + g4 * HD + 8 * warp + 2 * t4;
+        o[0] = o2[0] / S.l[g4], o[1] = o2[1] / S.l[g4];
+    }
 }
 
-/* Runs variant ILP three times (the last one's stamps kept); prints the
- * steps' medians over the SMs; returns the outputs for the comparison. */
-template <bool ILP>
-static std::vector<float> run(int sms, long long *cyc, long long *ns, float *out)
+/* Variant 2, FlashAttention-2 style (a design for st_att_item, not in the
+ * kernel yet): warp w takes positions 16 (w % 4) .. + 15 and dims 32 (w / 4)
+ * .. + 31 and keeps its own online softmax in registers, scores as S = q K^T
+ * with the q heads as the MMA's rows (rows G .. 15 zero), so that the
+ * accumulator of two 8-position tiles is p . v's A operand in place: no
+ * scores through shared memory, no barrier inside a pass. The warps of a
+ * dim slice merge their (m, l, o) once at the item's end. Stamps: the pass
+ * (with a barrier after it, for the timing only) and the final merge. */
+__global__ void __launch_bounds__(NW * 32, 1)
+    k_fa2(long long *cyc, long long *ns, float *out, float scale, int hd)
 {
-    for (int launch = 0; launch < 3; launch++)
-        k_att<ILP><<<sms, NW * 32>>>(cyc, ns, out, 0.088f, HD);
+    __shared__ lab_smem S;
+    __shared__ float wm[4][G], wl[4][G], wo[4][G][HD]; /* per position group */
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g4 = lane >> 2, t4 = lane & 3;
+    for (int i = tid; i < SPL * (HD + 8); i += NW * 32) {
+        (&S.k[0][0])[i] = __float2bfloat16(0.01f * (i % 97));
+        (&S.v[0][0])[i] = __float2bfloat16(0.02f * (i % 89));
+    }
+    for (int i = tid; i < 8 * HD; i += NW * 32)
+        S.qb[i] = __float2bfloat16(i < G * HD ? 0.03f * (i % 31) : 0.0f);
+    const int n = SPL, pg = warp & 3, dq = warp >> 2;
+    float mrun = -INFINITY, lrun = 0.0f, oacc[4][4] = {};
+    __syncthreads();
+#pragma unroll 1
+    for (int rep = 0; rep < REPS; rep++) {
+        long long c0, c1, t0, t1;
+        __syncthreads();
+        c0 = clock64();
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+        if (16 * pg < n) { /* warp-uniform: a group past the pass's rows does nothing */
+            const bf16 *krow = &S.k[16 * pg + (lane & 15)][8 * (lane >> 4)];
+            const uint32_t *qg = (const uint32_t *)(S.qb + g4 * hd) + t4;
+            float s0[2][4] = {}, s1[2][4] = {}; /* 8-position tiles 0 and 1, k-step parity */
+#pragma unroll
+            for (int ks = 0; ks < HD / 16; ks++) {
+                const bool in = ks < hd / 16;
+                uint32_t k0, k1, k2, k3;
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                             : "=r"(k0), "=r"(k1), "=r"(k2), "=r"(k3)
+                             : "r"(tk_smem_u32(krow + 16 * ks)));
+                uint32_t q0 = in ? qg[8 * ks] : 0u, q1 = in ? qg[8 * ks + 4] : 0u;
+                k0 = in ? k0 : 0u, k1 = in ? k1 : 0u, k2 = in ? k2 : 0u, k3 = in ? k3 : 0u;
+                tk_mma_bf16(s0[ks & 1], q0, 0u, q1, 0u, k0, k2);
+                tk_mma_bf16(s1[ks & 1], q0, 0u, q1, 0u, k1, k3);
+            }
+            /* head g4's scores at positions 16 pg + 2 t4, + 1, + 8, + 9 */
+            float sc[4] = {s0[0][0] + s0[1][0], s0[0][1] + s0[1][1], s1[0][0] + s1[1][0],
+                           s1[0][1] + s1[1][1]};
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                int p = 16 * pg + 2 * t4 + (j & 1) + 8 * (j >> 1);
+                sc[j] = p < n ? __fmul_rn(sc[j], scale) : -INFINITY;
+                mx = fmaxf(mx, sc[j]);
+            }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            float mn = fmaxf(mrun, mx), fc = mrun == -INFINITY ? 0.0f : __expf(mrun - mn);
+            float e[4], sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                e[j] = sc[j] == -INFINITY ? 0.0f : __expf(sc[j] - mn), sum += e[j];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            lrun = lrun * fc + sum, mrun = mn;
+            /* p as bf16 high and low parts: A = {rows g4: positions 2 t4.., rows
+             * g4 + 8: 0, rows g4: positions 8 + 2 t4.., 0} */
+            __nv_bfloat162 ha = __floats2bfloat162_rn(e[0], e[1]),
+                           hb = __floats2bfloat162_rn(e[2], e[3]);
+            float2 fa = __bfloat1622float2(ha), fb = __bfloat1622float2(hb);
+            __nv_bfloat162 la = __floats2bfloat162_rn(e[0] - fa.x, e[1] - fa.y);
+            __nv_bfloat162 lb = __floats2bfloat162_rn(e[2] - fb.x, e[3] - fb.y);
+            uint32_t h0 = *(const uint32_t *)&ha, h2 = *(const uint32_t *)&hb;
+            uint32_t l0 = *(const uint32_t *)&la, l2 = *(const uint32_t *)&lb;
+#pragma unroll
+            for (int nt = 0; nt < 4; nt += 2) { /* two 8-dim tiles per ldmatrix */
+                uint32_t v0, v1, v2, v3;
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                             : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
+                             : "r"(tk_smem_u32(
+                                 &S.v[16 * pg + (lane & 15)][32 * dq + 8 * nt + 8 * (lane >> 4)])));
+#pragma unroll
+                for (int r = 0; r < 4; r++) oacc[nt][r] *= fc, oacc[nt + 1][r] *= fc;
+                tk_mma_bf16(oacc[nt], h0, 0u, h2, 0u, v0, v1);
+                tk_mma_bf16(oacc[nt + 1], h0, 0u, h2, 0u, v2, v3);
+                tk_mma_bf16(oacc[nt], l0, 0u, l2, 0u, v0, v1);
+                tk_mma_bf16(oacc[nt + 1], l0, 0u, l2, 0u, v2, v3);
+            }
+        }
+        __syncthreads(); /* timing only: a pass needs no barrier */
+        c1 = clock64();
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+        if (tid == 0) {
+            size_t b = (blockIdx.x * REPS + rep) * NSTEP;
+            cyc[b] = c1 - c0, ns[b] = t1 - t0, cyc[b + 1] = ns[b + 1] = 0;
+            cyc[b + 2] = ns[b + 2] = 0;
+        }
+    }
+    /* the item's end: the position groups' (m, l, o) merged, per (head, dim) */
+    long long c0 = clock64(), t0, t1;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    if (g4 < G) {
+        if (dq == 0 && t4 == 0) wm[pg][g4] = mrun, wl[pg][g4] = lrun;
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+            *(float2 *)&wo[pg][g4][32 * dq + 8 * nt + 2 * t4] =
+                make_float2(oacc[nt][0], oacc[nt][1]);
+    }
+    __syncthreads();
+    if (tid < G * HD) {
+        int g = tid / HD, d = tid % HD;
+        float M = fmaxf(fmaxf(wm[0][g], wm[1][g]), fmaxf(wm[2][g], wm[3][g])), L = 0.0f, O = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            float f = wm[q][g] == -INFINITY ? 0.0f : __expf(wm[q][g] - M);
+            L = fmaf(wl[q][g], f, L), O = fmaf(wo[q][g][d], f, O);
+        }
+        out[(size_t)blockIdx.x * G * HD + tid] = O / L;
+    }
+    __syncthreads();
+    long long c1 = clock64();
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+    if (tid == 0) {
+        size_t b = (blockIdx.x * REPS + REPS - 1) * NSTEP + 2;
+        cyc[b] = c1 - c0, ns[b] = t1 - t0;
+    }
+}
+
+/* Runs variant V (0 the kernel's code, 1 branch-free chains, 2 FA2 style)
+ * three times (the last one's stamps kept); prints the steps' medians over
+ * the SMs; returns the outputs for the comparison. */
+template <int V> static std::vector<float> run(int sms, long long *cyc, long long *ns, float *out)
+{
+    for (int launch = 0; launch < 3; launch++) {
+        if (V == 2)
+            k_fa2<<<sms, NW * 32>>>(cyc, ns, out, 0.088f, HD);
+        else
+            k_att<V == 1><<<sms, NW * 32>>>(cyc, ns, out, 0.088f, HD);
+    }
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
         fprintf(stderr, "att_lab: %s\n", cudaGetErrorString(e));
@@ -212,15 +350,17 @@ static std::vector<float> run(int sms, long long *cyc, long long *ns, float *out
     }
     size_t n = (size_t)sms * REPS * NSTEP;
     std::vector<long long> hc(n), hn(n);
-    std::vector<float> o((size_t)sms * NW * 32);
+    std::vector<float> o((size_t)sms * G * HD);
     cudaMemcpy(hc.data(), cyc, n * 8, cudaMemcpyDeviceToHost);
     cudaMemcpy(hn.data(), ns, n * 8, cudaMemcpyDeviceToHost);
     cudaMemcpy(o.data(), out, o.size() * 4, cudaMemcpyDeviceToHost);
-    const char *names[NSTEP] = {"q . k", "softmax", "p . v"};
-    printf("%s: median over SMs, cycles / ns per repetition\n",
-           ILP ? "branch-free, 4 chains (wip/s12-att-ilp)" : "the kernel's code (edb2078)");
+    const char *names[2][NSTEP] = {{"q . k", "softmax", "p . v"}, {"pass", "-", "merge"}};
+    const char *title[3] = {"the kernel's code (edb2078)",
+                            "branch-free, 4 chains (wip/s12-att-ilp)",
+                            "FA2 style, a softmax per warp (merge: after the last pass only)"};
+    printf("%s: median over SMs, cycles / ns per repetition\n", title[V]);
     for (int s = 0; s < NSTEP; s++) {
-        printf("  %-8s", names[s]);
+        printf("  %-8s", names[V == 2][s]);
         for (int r = 0; r < REPS; r++) {
             std::vector<long long> a, b;
             for (int bk = 0; bk < sms; bk++)
@@ -241,13 +381,19 @@ int main()
     long long *cyc, *ns;
     float *out;
     size_t n = (size_t)sms * REPS * NSTEP;
-    cudaMalloc(&cyc, n * 8), cudaMalloc(&ns, n * 8), cudaMalloc(&out, (size_t)sms * NW * 32 * 4);
+    cudaMalloc(&cyc, n * 8), cudaMalloc(&ns, n * 8), cudaMalloc(&out, (size_t)sms * G * HD * 4);
     printf("att_lab: %d SMs, one 16-warp block each (G %d, hd %d, %d positions)\n", sms, G, HD,
            SPL);
-    std::vector<float> a = run<false>(sms, cyc, ns, out), b = run<true>(sms, cyc, ns, out);
-    double md = 0.0, mx = 0.0;
-    for (size_t i = 0; i < a.size(); i++)
-        md = std::max(md, (double)fabsf(a[i] - b[i])), mx = std::max(mx, (double)fabsf(a[i]));
-    printf("outputs: max |difference| %.3g (max |value| %.3g)\n", md, mx);
-    return md <= 1e-3 * std::max(1.0, mx) ? 0 : 1;
+    std::vector<float> a = run<0>(sms, cyc, ns, out), b = run<1>(sms, cyc, ns, out),
+                       c = run<2>(sms, cyc, ns, out);
+    double d1 = 0.0, d2 = 0.0, mx = 0.0;
+    for (size_t i = 0; i < a.size(); i++) {
+        d1 = std::max(d1, (double)fabsf(a[i] - b[i])),
+        d2 = std::max(d2, (double)fabsf(a[i] - c[i]));
+        mx = std::max(mx, (double)fabsf(a[i]));
+    }
+    printf("outputs against the kernel's: max |difference| %.3g (chains), %.3g (FA2); max |value| "
+           "%.3g\n",
+           d1, d2, mx);
+    return d1 <= 1e-3 * std::max(1.0, mx) && d2 <= 1e-3 * std::max(1.0, mx) ? 0 : 1;
 }
