@@ -54,6 +54,28 @@ static __device__ __forceinline__ void qk_store(lab_smem &S, const float *c0, co
     }
 }
 
+/* k-step ks's K fragments (ldmatrix .x4 at krow) and q fragments (at qg),
+ * zeros when !in (a k-step past hd: its loads stay inside the rows) */
+static __device__ __forceinline__ void kq_frag(const bf16 *krow, const uint32_t *qg, int ks,
+                                               bool in, uint32_t &k0, uint32_t &k1, uint32_t &k2,
+                                               uint32_t &k3, uint32_t &q0, uint32_t &q1)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(k0), "=r"(k1), "=r"(k2), "=r"(k3)
+                 : "r"(tk_smem_u32(krow + 16 * ks)));
+    q0 = in ? qg[8 * ks] : 0u, q1 = in ? qg[8 * ks + 4] : 0u;
+    k0 = in ? k0 : 0u, k1 = in ? k1 : 0u, k2 = in ? k2 : 0u, k3 = in ? k3 : 0u;
+}
+
+/* a, b as bf16 pairs: h their rounding, l the rounding of the rest */
+static __device__ __forceinline__ void split_hl(float a, float b, uint32_t &h, uint32_t &l)
+{
+    __nv_bfloat162 hh = __floats2bfloat162_rn(a, b);
+    float2 f = __bfloat1622float2(hh);
+    __nv_bfloat162 ll = __floats2bfloat162_rn(a - f.x, b - f.y);
+    h = *(const uint32_t *)&hh, l = *(const uint32_t *)&ll;
+}
+
 /* p (softmax numerators) of head g4, positions 16 kk + 2 t4 (+ 1, + 8, + 9),
  * as bf16 high and low parts: the A operand of p . v */
 static __device__ __forceinline__ void p_split(const lab_smem &S, int kk, int g4, int t4,
@@ -62,12 +84,7 @@ static __device__ __forceinline__ void p_split(const lab_smem &S, int kk, int g4
 {
     float2 pa = *(const float2 *)&S.s[g4][16 * kk + 2 * t4];
     float2 pb = *(const float2 *)&S.s[g4][16 * kk + 2 * t4 + 8];
-    __nv_bfloat162 ha = __floats2bfloat162_rn(pa.x, pa.y), hb = __floats2bfloat162_rn(pb.x, pb.y);
-    float2 fa = __bfloat1622float2(ha), fb = __bfloat1622float2(hb);
-    __nv_bfloat162 la = __floats2bfloat162_rn(pa.x - fa.x, pa.y - fa.y);
-    __nv_bfloat162 lb = __floats2bfloat162_rn(pb.x - fb.x, pb.y - fb.y);
-    h0 = *(const uint32_t *)&ha, h2 = *(const uint32_t *)&hb;
-    l0 = *(const uint32_t *)&la, l2 = *(const uint32_t *)&lb;
+    split_hl(pa.x, pa.y, h0, l0), split_hl(pb.x, pb.y, h2, l2);
 }
 
 template <bool ILP>
@@ -117,12 +134,8 @@ __global__ void __launch_bounds__(NW * 32, 1)
 #pragma unroll
             for (int ks = 0; ks < HD / 16; ks++) {
                 const bool in = ks < hd / 16;
-                uint32_t k0, k1, k2, k3;
-                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                             : "=r"(k0), "=r"(k1), "=r"(k2), "=r"(k3)
-                             : "r"(tk_smem_u32(krow + 16 * ks)));
-                uint32_t q0 = in ? qg[8 * ks] : 0u, q1 = in ? qg[8 * ks + 4] : 0u;
-                k0 = in ? k0 : 0u, k1 = in ? k1 : 0u, k2 = in ? k2 : 0u, k3 = in ? k3 : 0u;
+                uint32_t k0, k1, k2, k3, q0, q1;
+                kq_frag(krow, qg, ks, in, k0, k1, k2, k3, q0, q1);
                 tk_mma_bf16(cc[ks & 3], k0, k1, k2, k3, q0, q1);
             }
             float c0[4], c1[4];
@@ -240,12 +253,8 @@ __global__ void __launch_bounds__(NW * 32, 1)
 #pragma unroll
             for (int ks = 0; ks < HD / 16; ks++) {
                 const bool in = ks < hd / 16;
-                uint32_t k0, k1, k2, k3;
-                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                             : "=r"(k0), "=r"(k1), "=r"(k2), "=r"(k3)
-                             : "r"(tk_smem_u32(krow + 16 * ks)));
-                uint32_t q0 = in ? qg[8 * ks] : 0u, q1 = in ? qg[8 * ks + 4] : 0u;
-                k0 = in ? k0 : 0u, k1 = in ? k1 : 0u, k2 = in ? k2 : 0u, k3 = in ? k3 : 0u;
+                uint32_t k0, k1, k2, k3, q0, q1;
+                kq_frag(krow, qg, ks, in, k0, k1, k2, k3, q0, q1);
                 tk_mma_bf16(s0[ks & 1], q0, 0u, q1, 0u, k0, k2);
                 tk_mma_bf16(s1[ks & 1], q0, 0u, q1, 0u, k1, k3);
             }
@@ -271,13 +280,8 @@ __global__ void __launch_bounds__(NW * 32, 1)
             lrun = lrun * fc + sum, mrun = mn;
             /* p as bf16 high and low parts: A = {rows g4: positions 2 t4.., rows
              * g4 + 8: 0, rows g4: positions 8 + 2 t4.., 0} */
-            __nv_bfloat162 ha = __floats2bfloat162_rn(e[0], e[1]),
-                           hb = __floats2bfloat162_rn(e[2], e[3]);
-            float2 fa = __bfloat1622float2(ha), fb = __bfloat1622float2(hb);
-            __nv_bfloat162 la = __floats2bfloat162_rn(e[0] - fa.x, e[1] - fa.y);
-            __nv_bfloat162 lb = __floats2bfloat162_rn(e[2] - fb.x, e[3] - fb.y);
-            uint32_t h0 = *(const uint32_t *)&ha, h2 = *(const uint32_t *)&hb;
-            uint32_t l0 = *(const uint32_t *)&la, l2 = *(const uint32_t *)&lb;
+            uint32_t h0, l0, h2, l2;
+            split_hl(e[0], e[1], h0, l0), split_hl(e[2], e[3], h2, l2);
 #pragma unroll
             for (int nt = 0; nt < 4; nt += 2) { /* two 8-dim tiles per ldmatrix */
                 uint32_t v0, v1, v2, v3;
