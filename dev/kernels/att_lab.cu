@@ -54,6 +54,17 @@ static __device__ __forceinline__ void qk_store(lab_smem &S, const float *c0, co
     }
 }
 
+/* The same K / V rows and q (rows G .. 7 zero) for every variant. */
+static __device__ __forceinline__ void lab_fill(lab_smem &S, int tid)
+{
+    for (int i = tid; i < SPL * (HD + 8); i += NW * 32) {
+        (&S.k[0][0])[i] = __float2bfloat16(0.01f * (i % 97));
+        (&S.v[0][0])[i] = __float2bfloat16(0.02f * (i % 89));
+    }
+    for (int i = tid; i < 8 * HD; i += NW * 32)
+        S.qb[i] = __float2bfloat16(i < G * HD ? 0.03f * (i % 31) : 0.0f);
+}
+
 /* k-step ks's K fragments (ldmatrix .x4 at krow) and q fragments (at qg),
  * zeros when !in (a k-step past hd: its loads stay inside the rows) */
 static __device__ __forceinline__ void kq_frag(const bf16 *krow, const uint32_t *qg, int ks,
@@ -93,12 +104,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
 {
     __shared__ lab_smem S;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g4 = lane >> 2, t4 = lane & 3;
-    for (int i = tid; i < SPL * (HD + 8); i += NW * 32) {
-        (&S.k[0][0])[i] = __float2bfloat16(0.01f * (i % 97));
-        (&S.v[0][0])[i] = __float2bfloat16(0.02f * (i % 89));
-    }
-    for (int i = tid; i < 8 * HD; i += NW * 32)
-        S.qb[i] = __float2bfloat16(i < G * HD ? 0.03f * (i % 31) : 0.0f);
+    lab_fill(S, tid);
     if (tid < G) S.m[tid] = -INFINITY, S.l[tid] = 0.0f;
     const int n = SPL, n16 = SPL;
     float o2[2] = {0.0f, 0.0f};
@@ -231,12 +237,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
     __shared__ lab_smem S;
     __shared__ float wm[4][G], wl[4][G], wo[4][G][HD]; /* per position group */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g4 = lane >> 2, t4 = lane & 3;
-    for (int i = tid; i < SPL * (HD + 8); i += NW * 32) {
-        (&S.k[0][0])[i] = __float2bfloat16(0.01f * (i % 97));
-        (&S.v[0][0])[i] = __float2bfloat16(0.02f * (i % 89));
-    }
-    for (int i = tid; i < 8 * HD; i += NW * 32)
-        S.qb[i] = __float2bfloat16(i < G * HD ? 0.03f * (i % 31) : 0.0f);
+    lab_fill(S, tid);
     const int n = SPL, pg = warp & 3, dq = warp >> 2;
     float mrun = -INFINITY, lrun = 0.0f, oacc[4][4] = {};
     __syncthreads();
