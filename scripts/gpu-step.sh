@@ -8,6 +8,11 @@
 # benched on the same model, interleaved with this one (A B A B: calls
 # move a few percent, builds compared in one call do not; GPU_STEP_REPS pairs, 2); GPU_STEP_AB_ENVS="A=1
 # B=2+C=3": both builds once more under each of those settings.
+# GPU_STEP_MULTI="F M ...": TERN_GPU_CARRY is a carry packed by
+# scripts/gpu-step-pack.sh; each NAME's test_step_cuda runs too, and every
+# build (the base at the top as "base", then each NAME) is benched in turn,
+# GPU_STEP_REPS rounds, on the one model (GPU_STEP_MULTI_STAMPS=1: one more
+# stamped run of each, summarised).
 # Everything comes back as one archive, $OUT/step.tar.xz.
 # Build first (here): TERN_GPU_BUILD=build/lead-gpu TERN_GPU_CARRY=.gpu-carry/step \
 #   TERN_GPU_EXTRA="test_step_cuda" scripts/gpu-decode-prebuild.sh
@@ -20,7 +25,7 @@ export TERN_GPU_CARRY=${TERN_GPU_CARRY:-.gpu-carry/step}
 export GPU_CHECK_TESTS="test_step_cuda ${GPU_STEP_TESTS:-}"
 export GPU_CHECK_BATCHED=0 GPU_CHECK_MODELS="q4:/tmp/tern-llama8b-q4"
 export GPU_CHECK_Q4_KERNELS="TERN_CUDA_STEP_STAMPS=$OUT/stamps.csv ${GPU_STEP_VARIANTS-TERN_CUDA_STEP=0 TERN_CUDA_STEP_TUNE=8 TERN_CUDA_STEP_TUNE=16}"
-[ -n "${GPU_STEP_B:-}" ] && export GPU_CHECK_KEEP=1
+[ -n "${GPU_STEP_B:-}${GPU_STEP_MULTI:-}" ] && export GPU_CHECK_KEEP=1
 # the SM / memory clocks and power every 100 ms meanwhile (is the SM at its boost clock?)
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv \
   -lms 100 >"$OUT/smi.csv" 2>/dev/null &
@@ -44,6 +49,36 @@ if [ -n "${GPU_STEP_B:-}" ]; then
   done
   rm -rf /tmp/tern-llama8b /tmp/tern-llama8b-q4
 fi
+if [ -n "${GPU_STEP_MULTI:-}" ]; then
+  . scripts/gpu-carry.sh # the base's carry, unpacked by gpu-check.sh into $C
+  export TERN_TEST_FIXTURES=$PWD/tests/fixtures
+  multi_bench() { # binary dir $1, label $2, settings $3 (NAME=value[+...])
+    cr timeout 60 env $(echo "${3:-}" | tr '+' ' ') $1/tern bench --model /tmp/tern-llama8b-q4 --device cuda \
+      --prompt-len 512 --gen 64 --reps 3 --json >"$OUT/multi_$2.json" 2>"$OUT/multi_$2.err"
+    python3 -c "import json,sys; j=json.load(open(sys.argv[1])); f=float(open(sys.argv[2]).read())*1e9/j['decode_bytes']; print('%s %.1f tok/s (%.1f%% of %.1f)' % (sys.argv[3], j['decode_tok_s'], 100*j['decode_tok_s']/f, f))" \
+      "$OUT/multi_$2.json" "$OUT/copy_rate.txt" "$2" >>"$OUT/multi.txt" 2>&1
+  }
+  for v in $GPU_STEP_MULTI; do
+    echo "== $v: commit $(cat $C/$v/commit)" >>"$OUT/multi_tests.txt"
+    cr timeout 90 $C/$v/test_step_cuda >"$OUT/test_step_cuda_$v.log" 2>&1
+    echo "test_step_cuda rc=$?" >>"$OUT/multi_tests.txt"
+    grep -h "PASSED\|FAILED\|step vs\|wide model" "$OUT/test_step_cuda_$v.log" | tail -4 >>"$OUT/multi_tests.txt"
+  done
+  for r in $(seq 1 ${GPU_STEP_REPS:-2}); do
+    multi_bench $C "base$r"
+    for v in $GPU_STEP_MULTI; do multi_bench $C/$v "$v$r"; done
+  done
+  if [ "${GPU_STEP_MULTI_STAMPS:-0}" = 1 ]; then
+    for v in base $GPU_STEP_MULTI; do
+      d=$C/$v
+      [ $v = base ] && d=$C
+      multi_bench $d "stamped_$v" "TERN_CUDA_STEP_STAMPS=$OUT/stamps_$v.csv"
+      echo "== $v" >>"$OUT/multi_stamps.txt"
+      python3 scripts/step-stamps.py "$OUT/stamps_$v.csv" >>"$OUT/multi_stamps.txt" 2>&1
+    done
+  fi
+  rm -rf /tmp/tern-llama8b /tmp/tern-llama8b-q4
+fi
 kill $SMI 2>/dev/null
 grep -E "binaries|rc=[^0]|FAILED|copy rate|^single" "$OUT/check.txt"
 python3 - "$OUT/smi.csv" <<'PY'
@@ -60,4 +95,9 @@ grep -h "step vs\|wide model\|differ" "$OUT/test_step_cuda.log" 2>/dev/null
 [ -f "$OUT/ab.txt" ] && echo "A = $TERN_GPU_CARRY, B = ${GPU_STEP_B:-}:" && cat "$OUT/ab.txt"
 echo "(TUNE=8: no phases, TUNE=16: no arithmetic; both give wrong logits, timing only)"
 [ -f "$OUT/stamps.csv" ] && python3 scripts/step-stamps.py "$OUT/stamps.csv" | tee "$OUT/stamps.txt"
+if [ -f "$OUT/multi.txt" ]; then
+  cat "$OUT/multi_tests.txt"
+  grep -hE "^(== |qkv |o  |gate_up  |down  |attention)" "$OUT/multi_stamps.txt" 2>/dev/null
+  echo "base = the top of $TERN_GPU_CARRY, then $GPU_STEP_MULTI:" && cat "$OUT/multi.txt"
+fi
 tar cJf /tmp/step.tar.xz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/step.tar.xz "$OUT/"
