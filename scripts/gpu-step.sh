@@ -11,7 +11,8 @@
 # GPU_STEP_MULTI="F M ...": TERN_GPU_CARRY is a carry packed by
 # scripts/gpu-step-pack.sh; each NAME's test_step_cuda runs too, and every
 # build (the base at the top as "base", then each NAME) is benched in turn,
-# GPU_STEP_REPS rounds, on the one model (GPU_STEP_MULTI_STAMPS=1: one more
+# GPU_STEP_REPS rounds, on the one model (GPU_STEP_MULTI_ENVS="A=1+B=2 C=3":
+# each once more under each setting; GPU_STEP_MULTI_STAMPS=1: one more
 # stamped run of each, summarised).
 # Everything comes back as one archive, $OUT/step.tar.xz.
 # Build first (here): TERN_GPU_BUILD=build/lead-gpu TERN_GPU_CARRY=.gpu-carry/step \
@@ -67,6 +68,10 @@ if [ -n "${GPU_STEP_MULTI:-}" ]; then
   for r in $(seq 1 ${GPU_STEP_REPS:-2}); do
     multi_bench $C "base$r"
     for v in $GPU_STEP_MULTI; do multi_bench $C/$v "$v$r"; done
+  done
+  for e in ${GPU_STEP_MULTI_ENVS:-}; do # every build once more under each setting
+    multi_bench $C "base:$e" "$e"
+    for v in $GPU_STEP_MULTI; do multi_bench $C/$v "$v:$e" "$e"; done
   done
   if [ "${GPU_STEP_MULTI_STAMPS:-0}" = 1 ]; then
     for v in base $GPU_STEP_MULTI; do
