@@ -32,13 +32,19 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu
   -lms 100 >"$OUT/smi.csv" 2>/dev/null &
 SMI=$!
 OUT=$OUT bash scripts/gpu-check.sh >"$OUT/check.txt" 2>&1
+. scripts/gpu-carry.sh # cr; $C: the carry gpu-check.sh unpacked
+# One `tern bench` of the generated 4-bit model: binary $1, output $OUT/$2.json
+# (labelled by $2 past its first "_"), its line appended to file $3, settings
+# $4 (NAME=value[+...]).
+step_bench() {
+  cr timeout 60 env $(echo "${4:-}" | tr '+' ' ') "$1" bench --model /tmp/tern-llama8b-q4 --device cuda \
+    --prompt-len 512 --gen 64 --reps 3 --json >"$OUT/$2.json" 2>"$OUT/$2.err"
+  python3 -c "import json,sys; j=json.load(open(sys.argv[1])); f=float(open(sys.argv[2]).read())*1e9/j['decode_bytes']; print('%s %.1f tok/s (%.1f%% of %.1f)' % (sys.argv[3], j['decode_tok_s'], 100*j['decode_tok_s']/f, f))" \
+    "$OUT/$2.json" "$OUT/copy_rate.txt" "${2#*_}" >>"$3" 2>&1
+}
 if [ -n "${GPU_STEP_B:-}" ]; then
   ab_bench() { # carry dir $1 unpacked into $2, label $3, settings $4 (NAME=value[+...])
-    (C=$2 && . scripts/gpu-carry.sh && carry_unpack "$1" &&
-      cr timeout 60 env $(echo "${4:-}" | tr '+' ' ') $C/tern bench --model /tmp/tern-llama8b-q4 --device cuda --prompt-len 512 \
-        --gen 64 --reps 3 --json >"$OUT/ab_$3.json" 2>"$OUT/ab_$3.err")
-    python3 -c "import json,sys; j=json.load(open(sys.argv[1])); f=float(open(sys.argv[2]).read())*1e9/j['decode_bytes']; print('%s %.1f tok/s (%.1f%% of %.1f)' % (sys.argv[3], j['decode_tok_s'], 100*j['decode_tok_s']/f, f))" \
-      "$OUT/ab_$3.json" "$OUT/copy_rate.txt" "$3" >>"$OUT/ab.txt" 2>&1
+    (C=$2 && carry_unpack "$1" && step_bench $C/tern "ab_$3" "$OUT/ab.txt" "${4:-}")
   }
   for r in $(seq 1 ${GPU_STEP_REPS:-2}); do
     ab_bench "$TERN_GPU_CARRY" /tmp/tern-carry "A$r"
@@ -51,13 +57,9 @@ if [ -n "${GPU_STEP_B:-}" ]; then
   rm -rf /tmp/tern-llama8b /tmp/tern-llama8b-q4
 fi
 if [ -n "${GPU_STEP_MULTI:-}" ]; then
-  . scripts/gpu-carry.sh # the base's carry, unpacked by gpu-check.sh into $C
   export TERN_TEST_FIXTURES=$PWD/tests/fixtures
   multi_bench() { # binary dir $1, label $2, settings $3 (NAME=value[+...])
-    cr timeout 60 env $(echo "${3:-}" | tr '+' ' ') $1/tern bench --model /tmp/tern-llama8b-q4 --device cuda \
-      --prompt-len 512 --gen 64 --reps 3 --json >"$OUT/multi_$2.json" 2>"$OUT/multi_$2.err"
-    python3 -c "import json,sys; j=json.load(open(sys.argv[1])); f=float(open(sys.argv[2]).read())*1e9/j['decode_bytes']; print('%s %.1f tok/s (%.1f%% of %.1f)' % (sys.argv[3], j['decode_tok_s'], 100*j['decode_tok_s']/f, f))" \
-      "$OUT/multi_$2.json" "$OUT/copy_rate.txt" "$2" >>"$OUT/multi.txt" 2>&1
+    step_bench "$1/tern" "multi_$2" "$OUT/multi.txt" "${3:-}"
   }
   for v in $GPU_STEP_MULTI; do
     echo "== $v: commit $(cat $C/$v/commit)" >>"$OUT/multi_tests.txt"

@@ -316,22 +316,22 @@ static enum MHD_Result do_generate(struct MHD_Connection *c, struct hreq *h)
     if (!srv_req_parse(kind, h->body.p ? h->body.p : "", h->body.len, &po, &req, &err))
         return respond_err(c, h, &err);
     int now = atomic_fetch_add(&s->inflight, 1) + 1;
-    if (atomic_load(&s->state) != SRV_READY) {
-        /* shutdown began after dispatch's check, and its drain may have seen
-         * nothing in flight (it stores the state, then reads the count) */
+    /* the state read again: shutdown may have begun after dispatch's check,
+     * and its drain may have seen nothing in flight (it stores the state,
+     * then reads the count) */
+    bool stopping = atomic_load(&s->state) != SRV_READY;
+    if (stopping || (s->o.max_concurrent > 0 && now > s->o.max_concurrent)) {
         atomic_fetch_sub(&s->inflight, 1);
         srv_req_free(&req);
-        srv_err_set(&err, 503, NULL, "the server is shutting down");
-        return respond_err(c, h, &err);
-    }
-    if (s->o.max_concurrent > 0 && now > s->o.max_concurrent) {
-        atomic_fetch_sub(&s->inflight, 1);
-        srv_req_free(&req);
-        pthread_mutex_lock(&s->metrics_lock);
-        s->metrics.rejected_capacity++;
-        pthread_mutex_unlock(&s->metrics_lock);
-        srv_err_set(&err, 429, NULL, "the server is at its limit of %d concurrent requests; retry later",
-                    s->o.max_concurrent);
+        if (stopping) {
+            srv_err_set(&err, 503, NULL, "the server is shutting down");
+        } else {
+            pthread_mutex_lock(&s->metrics_lock);
+            s->metrics.rejected_capacity++;
+            pthread_mutex_unlock(&s->metrics_lock);
+            srv_err_set(&err, 429, NULL, "the server is at its limit of %d concurrent requests; retry later",
+                        s->o.max_concurrent);
+        }
         return respond_err(c, h, &err);
     }
     h->inflight = true; /* on_completed gives it back once the response is out */

@@ -354,6 +354,7 @@ struct srv {
     atomic_uint script_next;
 };
 
+/* http.c: sleeps ms milliseconds. */
 void srv_sleep_ms(int ms);
 /* http.c: starts listening (the model may still be loading); fills *port. */
 bool srv_http_start(struct srv *s, int *port);
