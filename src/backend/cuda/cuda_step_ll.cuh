@@ -59,34 +59,41 @@ static __device__ __forceinline__ uint2 ll_ready(const uint4 *p, uint4 v, uint32
 #define ST_LLB 4 /* LL loads a thread has in flight before it waits on any */
 #define ST_LLM 8 /* the same for the attention merge's partial sums */
 
-/* Lines base + threadIdx.x + j x (block size), j < N, below n, of src
- * into v once each carries flag f. Every line's load is in flight at once
- * and each round polls again every line not yet ready: a batch costs one
- * L2 round trip per round. (Waiting on them one at a time costs a round
- * trip per line whose first load came too early, up to ST_LLB in a row:
- * 488.2 against 511.9 tok/s in one call, docs/perf/quant.md.)
- * A line that never comes (a bug) traps after ~2^34 cycles. */
 /* Wait until the lines pending in v (bit j of pend: v[j] loaded from
- * addr(j)) carry flag f: each round polls again every line not yet ready,
- * so a batch costs one L2 round trip per round. A line that never comes
+ * addr(j)) carry flag f. Called by whole warps (the lanes vote). While
+ * none of the warp's lines has arrived since the last round, only one
+ * line is polled again, by the lowest lane with any pending; once one has,
+ * every lane loads all its pending lines again. (Every thread polling every
+ * pending line, ~2k lines of 16 bytes per block and round, 132 blocks
+ * reading the same ~32 KB, kept L2 busy enough to slow every hop: 584.1
+ * -> 608.3 tok/s, docs/perf/quant.md, session 13.) A line that never comes
  * (a bug) traps after ~2^34 cycles. */
 template <int N, typename Addr>
 static __device__ __forceinline__ void ll_wait(uint4 *v, unsigned pend, uint32_t f, Addr addr)
 {
     long long t0 = 0;
     for (int round = 0;; round++) {
+        const unsigned before = pend;
 #pragma unroll
         for (int j = 0; j < N; j++)
             if ((pend >> j & 1) && v[j].y == f && v[j].w == f) pend &= ~(1u << j);
-        if (!pend) return;
+        const unsigned wp = __ballot_sync(0xffffffffu, pend != 0);
+        if (!wp) return;
+        const bool moved = __any_sync(0xffffffffu, pend != before);
+        const bool lead = (threadIdx.x & 31) == __ffs(wp) - 1;
         if (round == 0)
             t0 = clock64();
         else if (clock64() - t0 > (1ll << 34))
             __trap();
         __nanosleep(st_spin_ns);
+        if (moved || lead) {
 #pragma unroll
-        for (int j = 0; j < N; j++)
-            if (pend >> j & 1) v[j] = ll_load(addr(j));
+            for (int j = 0; j < N; j++)
+                if (pend >> j & 1) {
+                    v[j] = ll_load(addr(j));
+                    if (!moved) break;
+                }
+        }
     }
 }
 
