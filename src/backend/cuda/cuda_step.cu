@@ -130,7 +130,7 @@ static __device__ __forceinline__ void st_start(st_cur &k, const tk_step_op &o, 
     int per = ST_NW >> o.lks;
     k.op = op, k.c = 0, k.tiles = o.tiles;
     k.src = (const char *)o.rec + (size_t)(blockIdx.x * ST_NW + warp) * ST_C * ST_REC * 16;
-    k.tile = blockIdx.x * per + (warp >> o.lks);
+    k.tile = (warp >> o.lks) * gridDim.x + blockIdx.x;
     k.tstride = gridDim.x * per;
     k.len = o.nG >> o.lks;
     k.G0 = (warp & ((1 << o.lks) - 1)) * k.len;
@@ -287,7 +287,7 @@ static __device__ __forceinline__ void st_stash(const float *res, int n, int lks
     const int lp = 4 - lks, per = 1 << lp, ne = min(ST_LT * per, TK_STEP_STASH_TILES) * 16;
     for (int e = threadIdx.x; e < ne; e += ST_NW * 32) {
         int idx = e >> 4, gi = idx & (per - 1), l2 = idx >> lp;
-        int r = ((blockIdx.x + l2 * gridDim.x) * per + gi) * 16 + (e & 15);
+        int r = ((l2 * per + gi) * gridDim.x + blockIdx.x) * 16 + (e & 15);
         if (r < n) stash[e] = res[r];
     }
 }
@@ -892,7 +892,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         int per = ST_NW >> o.lks;
         for (int idx = warp;; idx += ST_NW) {                  /* the block's tiles, a warp each */
             int gi = idx & (per - 1), l2 = idx >> (4 - o.lks); /* per = 16 >> lks */
-            int tile = blockIdx.x * per + gi + l2 * gridDim.x * per;
+            int tile = (l2 * per + gi) * gridDim.x + blockIdx.x;
             if (l2 >= ST_LT || tile >= o.tiles) break;
             st_finish(a, o, layer, tile, idx, parts + ((gi * ST_LT + l2) << o.lks) * 16, stash, f,
                       lane, xscale);

@@ -61,7 +61,7 @@ static __global__ void k_step_repack(const uint32_t *q, const uint16_t *sc, cons
     int64_t per = TK_STEP_NW >> lks, units = (int64_t)grid * per, len = nG >> lks;
     int64_t cps = (len + TK_STEP_CHUNK - 1) / TK_STEP_CHUNK, l2 = tau / units, rem = tau % units;
     int64_t j = G / len, o = G % len;
-    int64_t w = (rem / per) * TK_STEP_NW + ((rem % per) << lks) + j;
+    int64_t w = (rem % grid) * TK_STEP_NW + ((rem / grid) << lks) + j;
     int64_t dst = ((l2 * cps + o / TK_STEP_CHUNK) * grid * TK_STEP_NW + w) * TK_STEP_CHUNK +
                   o % TK_STEP_CHUNK;
     rec[dst * REC_U4 + L] = make_uint4(w4[0], w4[1], w4[2], w4[3]);
