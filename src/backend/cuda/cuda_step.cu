@@ -639,34 +639,26 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
     }
     __syncthreads();
     st_stamp(a, op, 7);
-    /* per q head a warp, a lane per split: each split's factor (at hd + 2), the total */
-    if (warp < G) {
-        float M = -INFINITY, L = 0.0f;
-        for (int s2 = lane; s2 < n_sp; s2 += 32) M = fmaxf(M, ws[(s2 * G + warp) * ast + hd]);
-        M = tk_warp_max(M);
-        for (int s2 = lane; s2 < n_sp; s2 += 32) {
-            float *e = ws + (s2 * G + warp) * ast;
-            float fc = e[hd] == -INFINITY ? 0.0f : __expf(e[hd] - M);
-            e[hd + 2] = fc;
-            L = fmaf(e[hd + 1], fc, L);
-        }
-        L = tk_warp_sum(L);
-        if (lane == 0) S->fac[warp] = __fdividef(1.0f, L); /* L >= 1 */
-    }
-    __syncthreads();
+    /* the splits in order, every thread its own (head, dim) with its head's
+     * factors and total computed again: independent loads and one FMA chain,
+     * no warp trees and no barrier between (a chain's latency is what this
+     * step costs: dev/kernels/att_lab.cu) */
 #pragma unroll
-    for (int j = 0; j < ST_ATT_PER; j++) { /* the splits in order */
+    for (int j = 0; j < ST_ATT_PER; j++) {
         int i = tid + j * nt;
-        if (j * nt >= G * hd) break;
+        if (j * nt >= G * hd) break; /* warp-uniform: the lanes shuffle */
         float o = 0.0f;
         if (i < G * hd) {
             int g = st_div(i, P->m_hd), d = i - g * hd;
-            float A = 0.0f;
+            const float *e0 = ws + g * ast, *ed = e0 + d;
+            float M = -INFINITY, A = 0.0f, L = 0.0f;
+            for (int s2 = 0; s2 < n_sp; s2++) M = fmaxf(M, e0[s2 * G * ast + hd]);
             for (int s2 = 0; s2 < n_sp; s2++) {
-                const float *e = ws + (s2 * G + g) * ast;
-                A = fmaf(e[d], e[hd + 2], A);
+                const float m = e0[s2 * G * ast + hd];
+                const float fc = m == -INFINITY ? 0.0f : __expf(m - M);
+                A = fmaf(ed[s2 * G * ast], fc, A), L = fmaf(e0[s2 * G * ast + hd + 1], fc, L);
             }
-            o = A * S->fac[g];
+            o = __fdividef(A, L); /* L >= 1 */
         }
         st_put4(out, i, o, i < G * hd, f);
     }
