@@ -20,7 +20,9 @@
  * times 2^-e and scale its sums back), 4 f16 MMAs, and per group two sums
  * of x made once per op where x is written. Work per op: a tile belongs to a group
  * of KS warps of one block (KS chosen on the host so the op balances over
- * the grid); warp j of the group takes the tile's j-th contiguous slice of
+ * the grid; round r deals tiles (r x groups + g) x grid + b to group g of
+ * block b, so an op with fewer tiles than groups leaves one group of
+ * several blocks idle, never a whole block); warp j of the group takes the tile's j-th contiguous slice of
  * groups and keeps its sums in registers; after the op's chunks a block
  * barrier, and the block's warps add each tile's slices in warp order and
  * run the op's epilogue. Deterministic: no atomics in any sum. Phases (per

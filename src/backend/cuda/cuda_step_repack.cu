@@ -57,7 +57,8 @@ static __global__ void k_step_repack(const uint32_t *q, const uint16_t *sc, cons
         }
         w4[w] = word;
     }
-    /* its slot: the warp that takes group G of this tile, and its step */
+    /* its slot: the warp that takes group G of this tile (tile round l2, block rem % grid,
+     * warp group rem / grid: cuda_step.cu), and its step */
     int64_t per = TK_STEP_NW >> lks, units = (int64_t)grid * per, len = nG >> lks;
     int64_t cps = (len + TK_STEP_CHUNK - 1) / TK_STEP_CHUNK, l2 = tau / units, rem = tau % units;
     int64_t j = G / len, o = G % len;
