@@ -327,9 +327,6 @@ static __device__ float st_norm(const float *plain, const uint4 *ll, uint32_t f,
     for (int k = 0; k < ST_NW; k++) tot += red[k];
     float inv = rsqrtf(__fdividef(tot, (float)n) + eps);   /* no IEEE division's slow path */
     const __nv_bfloat162 *wp = (const __nv_bfloat162 *)xs; /* w, then x over it */
-    /* unrolled: each pair's shuffle tree is a dependent chain, the pairs
-     * are not (E = 4096: 4 pairs per thread) */
-#pragma unroll 4
     for (int i = threadIdx.x; i < nl; i += nt) { /* a warp's 32 pairs: one 64-value group */
         float2 v = stage[i], wv = __bfloat1622float2(wp[i]);
         __nv_bfloat162 xb = __floats2bfloat162_rn(__fmul_rn(__fmul_rn(v.x, inv), wv.x),
