@@ -18,23 +18,24 @@
  * 1024 + q or 1024 + 16 q by one lop3 each (one shift per word), x is f16
  * (exact for bf16 values up to 65504: a larger one makes the op store x
  * times 2^-e and scale its sums back), 4 f16 MMAs, and per group two sums
- * of x made once per op where x is written. Work per op: a tile belongs to a group
- * of KS warps of one block (KS chosen on the host so the op balances over
- * the grid; round r deals tiles (r x groups + g) x grid + b to group g of
- * block b, so an op with fewer tiles than groups leaves one group of
- * several blocks idle, never a whole block); warp j of the group takes the tile's j-th contiguous slice of
- * groups and keeps its sums in registers; after the op's chunks a block
- * barrier, and the block's warps add each tile's slices in warp order and
- * run the op's epilogue. Deterministic: no atomics in any sum. Phases (per
- * layer): RMSNorm of the residual into every block's shared x (the rows
- * the block's o / down epilogue adds to kept in its stash); qkv GEMV;
- * attention (items (kv head, split) on whole blocks: q roped, the new
- * token's k roped and stored with v at its cache slot by the split that
- * holds it, online softmax in passes of 64 positions with q . k and p . v
- * as bf16 MMAs (p split into bf16 high and low parts), the last split of a
- * head merging the others' partial sums in split order); o GEMV adding into
- * the residual; norm; gate_up GEMV with silu * up; down GEMV adding into
- * the residual; then the final norm and the lm_head GEMV into F32 logits.
+ * of x made once per op where x is written. Work per op: a tile belongs to
+ * a group of KS warps of one block (KS chosen on the host so the op
+ * balances over the grid; round r deals tiles (r x groups + g) x grid + b
+ * to group g of block b, so an op with fewer tiles than groups leaves one
+ * group of several blocks idle, never a whole block); warp j of the group
+ * takes the tile's j-th contiguous slice of groups and keeps its sums in
+ * registers; after the op's chunks a block barrier, and the block's warps
+ * add each tile's slices in warp order and run the op's epilogue.
+ * Deterministic: no atomics in any sum. Phases (per layer): RMSNorm of the
+ * residual into every block's shared x (the rows the block's o / down
+ * epilogue adds to kept in its stash); qkv GEMV; attention (items (kv head,
+ * split) on whole blocks: q roped, the new token's k roped and stored with
+ * v at its cache slot by the split that holds it, online softmax in passes
+ * of 64 positions with q . k and p . v as bf16 MMAs (p split into bf16 high
+ * and low parts), the last split of a head merging the others' partial sums
+ * in split order); o GEMV adding into the residual; norm; gate_up GEMV with
+ * silu * up; down GEMV adding into the residual; then the final norm and
+ * the lm_head GEMV into F32 logits.
  * Depends on cuda_common.cuh, cuda_qmma.cuh, cuda_rope.cuh, cuda_step.cuh,
  * cuda_step_ll.cuh (the LL lines), cuda_step.h.
  */
