@@ -59,18 +59,30 @@ static __device__ __forceinline__ uint2 ll_ready(const uint4 *p, uint4 v, uint32
 #define ST_LLB 4 /* LL loads a thread has in flight before it waits on any */
 #define ST_LLM 8 /* the same for the attention merge's partial sums */
 
-/* Wait until the lines pending in v (bit j of pend: v[j] loaded from
- * addr(j)) carry flag f. Called by whole warps (the lanes vote). While
- * none of the warp's lines has arrived since the last round, only one
- * line is polled again, by the lowest lane with any pending; once one has,
- * every lane loads all its pending lines again. (Every thread polling every
+/* Lines base + threadIdx.x + j x (block size), j < N, below n, of src
+ * into v once each carries flag f. Called by whole warps (the lanes vote).
+ * Every line's first load is in flight at once (waiting on them one at a
+ * time costs a round trip per line whose first load came too early, up to
+ * ST_LLB in a row: 488.2 against 511.9 tok/s in one call). Then, while none
+ * of the warp's lines has arrived since the last round, only one line is
+ * polled again, by the lowest lane with any pending; once one has, every
+ * lane loads all its pending lines again. (Every thread polling every
  * pending line, ~2k lines of 16 bytes per block and round, 132 blocks
- * reading the same ~32 KB, kept L2 busy enough to slow every hop: 584.1
- * -> 608.3 tok/s, docs/perf/quant.md, session 13.) A line that never comes
- * (a bug) traps after ~2^34 cycles. */
-template <int N, typename Addr>
-static __device__ __forceinline__ void ll_wait(uint4 *v, unsigned pend, uint32_t f, Addr addr)
+ * reading the same ~32 KB, kept L2 busy enough to slow every hop: 584.1 ->
+ * 608.3 tok/s. Both in docs/perf/quant.md.) A line that never comes (a bug)
+ * traps after ~2^34 cycles. */
+template <int N = ST_LLB>
+static __device__ __forceinline__ void ll_gather(const uint4 *src, int base, int n, uint32_t f,
+                                                 uint4 *v)
 {
+    const int nt = TK_STEP_NW * 32;
+    unsigned pend = 0;
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+        int i = base + threadIdx.x + j * nt;
+        v[j] = make_uint4(0u, 0u, 0u, 0u);
+        if (i < n) v[j] = ll_load(src + i), pend |= 1u << j;
+    }
     long long t0 = 0;
     for (int round = 0;; round++) {
         const unsigned before = pend;
@@ -90,31 +102,11 @@ static __device__ __forceinline__ void ll_wait(uint4 *v, unsigned pend, uint32_t
 #pragma unroll
             for (int j = 0; j < N; j++)
                 if (pend >> j & 1) {
-                    v[j] = ll_load(addr(j));
+                    v[j] = ll_load(src + base + threadIdx.x + j * nt);
                     if (!moved) break;
                 }
         }
     }
-}
-
-/* Lines base + threadIdx.x + j x (block size), j < N, below n, of src
- * into v once each carries flag f, every line's load in flight at once.
- * (Waiting on them one at a time costs a round trip per line whose first
- * load came too early, up to ST_LLB in a row: 488.2 against 511.9 tok/s in
- * one call, docs/perf/quant.md.) */
-template <int N = ST_LLB>
-static __device__ __forceinline__ void ll_gather(const uint4 *src, int base, int n, uint32_t f,
-                                                 uint4 *v)
-{
-    const int nt = TK_STEP_NW * 32;
-    unsigned pend = 0;
-#pragma unroll
-    for (int j = 0; j < N; j++) {
-        int i = base + threadIdx.x + j * nt;
-        v[j] = make_uint4(0u, 0u, 0u, 0u);
-        if (i < n) v[j] = ll_load(src + i), pend |= 1u << j;
-    }
-    ll_wait<N>(v, pend, f, [&](int j) { return src + base + threadIdx.x + j * nt; });
 }
 
 #endif /* TERN_CUDA_STEP_LL_CUH */
