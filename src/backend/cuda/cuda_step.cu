@@ -223,6 +223,21 @@ static __device__ __forceinline__ uint32_t st_f16x2(float a, float b, float xmul
     return *(const uint32_t *)&h;
 }
 
+/* a[0..3] summed over the lanes that differ in bits b0 and b1 (b0 > b1),
+ * four sums at once: after it, a lane holds the sum for j = 2 (bit b0) +
+ * (bit b1). Three shuffles in two levels, where four trees were eight
+ * shuffles in eight levels, one tree after another. */
+static __device__ __forceinline__ float st_sum4(const float *a, int lane, int b0, int b1)
+{
+    const bool u0 = lane >> b0 & 1, u1 = lane >> b1 & 1;
+    float k0 = u0 ? a[2] : a[0], k1 = u0 ? a[3] : a[1];
+    k0 += __shfl_xor_sync(0xffffffffu, u0 ? a[0] : a[2], 1 << b0);
+    k1 += __shfl_xor_sync(0xffffffffu, u0 ? a[1] : a[3], 1 << b0);
+    float k = u1 ? k1 : k0;
+    k += __shfl_xor_sync(0xffffffffu, u1 ? k0 : k1, 1 << b1);
+    return k;
+}
+
 /* Lines [0, n) of src as data words into dst (uint2 per line), by the
  * whole block, N lines per thread at a time (ll_gather). xsum (BF16
  * lines of GEMV input, 4 values each, n % 16 == 0): dst gets them as f16
@@ -238,31 +253,39 @@ static __device__ float ll_copy(const uint4 *src, int n, uint32_t f, uint2 *dst,
     for (int base = 0; base < n; base += N * nt) { /* block-uniform: the lanes shuffle */
         uint4 v[N];
         ll_gather<N>(src, base, n, f, v);
+        if (!xsum) {
+#pragma unroll
+            for (int j = 0; j < N; j++) {
+                int i = base + threadIdx.x + j * nt;
+                if (base + j * nt >= n) break;
+                if (i < n) dst[i] = make_uint2(v[j].x, v[j].z);
+            }
+            continue;
+        }
+        static_assert(N == 4, "the group sums take four lines a thread (st_sum4)");
+        float p[N]; /* lines past n: zeros (ll_gather) */
 #pragma unroll
         for (int j = 0; j < N; j++) {
             int i = base + threadIdx.x + j * nt;
-            if (base + j * nt >= n) break;
             uint2 d = make_uint2(v[j].x, v[j].z);
-            if (!xsum) {
-                if (i < n) dst[i] = d;
-                continue;
-            }
             float2 f0, f1;
             uint2 h = make_uint2(st_f16x2(__uint_as_float(d.x << 16),
                                           __uint_as_float(d.x & 0xffff0000u), xmul, mx, f0),
                                  st_f16x2(__uint_as_float(d.y << 16),
                                           __uint_as_float(d.y & 0xffff0000u), xmul, mx, f1));
             if (i < n) dst[i] = h;
-            /* line i holds k-step i % 4 of its lane group (i = lane + a multiple
-             * of 32): the half-warp's even and odd lines summed apart, then X =
-             * even + odd, Y = even + odd / 16 */
-            float p = (f0.x + f0.y) + (f1.x + f1.y);
-#pragma unroll
-            for (int m = 8; m >= 2; m >>= 1) p += __shfl_xor_sync(0xffffffffu, p, m);
-            float p1 = __shfl_xor_sync(0xffffffffu, p, 1);
-            if (i < n && (threadIdx.x & 15) == 0)
-                xsum[i / 16] = make_float2(p + p1, fmaf(p1, 0.0625f, p));
+            p[j] = (f0.x + f0.y) + (f1.x + f1.y);
         }
+        /* line i holds k-step i % 4 of its lane group (lane bit 0: even or odd)
+         * and is in group i / 16: half-warp (lane bit 4) of line group j. Over
+         * lane bits 3 and 2 (four sums at once), then 1; X = even + odd, Y =
+         * even + odd / 16 */
+        const int lane = threadIdx.x & 31;
+        float k = st_sum4(p, lane, 3, 2);
+        k += __shfl_xor_sync(0xffffffffu, k, 2);
+        const float k1 = __shfl_xor_sync(0xffffffffu, k, 1);
+        const int g = (base + (int)(threadIdx.x & ~31u)) / 16 + (lane >> 4) + nt / 16 * (lane >> 2 & 3);
+        if ((lane & 3) == 0 && 16 * g < n) xsum[g] = make_float2(k + k1, fmaf(k1, 0.0625f, k));
     }
     return mx;
 }
@@ -328,20 +351,31 @@ static __device__ float st_norm(const float *plain, const uint4 *ll, uint32_t f,
     for (int k = 0; k < ST_NW; k++) tot += red[k];
     float inv = rsqrtf(__fdividef(tot, (float)n) + eps);   /* no IEEE division's slow path */
     const __nv_bfloat162 *wp = (const __nv_bfloat162 *)xs; /* w, then x over it */
-    for (int i = threadIdx.x; i < nl; i += nt) { /* a warp's 32 pairs: one 64-value group */
-        float2 v = stage[i], wv = __bfloat1622float2(wp[i]);
-        __nv_bfloat162 xb = __floats2bfloat162_rn(__fmul_rn(__fmul_rn(v.x, inv), wv.x),
-                                                  __fmul_rn(__fmul_rn(v.y, inv), wv.y));
-        float2 xf = __bfloat1622float2(xb), back;
-        ((uint32_t *)xs)[i] = st_f16x2(xf.x, xf.y, xmul, mx, back);
+    const int lane = threadIdx.x & 31;
+    for (int i0 = threadIdx.x; i0 - lane - 32 * (int)(threadIdx.x >> 5) < nl; i0 += 4 * nt) {
+        float p[4]; /* a warp's 32 pairs: one 64-value group, 4 groups at a time */
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int i = i0 + k * nt;
+            p[k] = 0.0f;
+            if (i < nl) {
+                float2 v = stage[i], wv = __bfloat1622float2(wp[i]);
+                __nv_bfloat162 xb = __floats2bfloat162_rn(__fmul_rn(__fmul_rn(v.x, inv), wv.x),
+                                                          __fmul_rn(__fmul_rn(v.y, inv), wv.y));
+                float2 xf = __bfloat1622float2(xb), back;
+                ((uint32_t *)xs)[i] = st_f16x2(xf.x, xf.y, xmul, mx, back);
+                p[k] = back.x + back.y;
+            }
+        }
         /* pair i (i = lane + a multiple of 32) is in k-step (i / 2) % 4 of its
-         * lane group: the warp's even and odd k-steps summed apart (lane bit 1),
-         * then X = even + odd, Y = even + odd / 16 */
-        float p = back.x + back.y;
-        p += __shfl_xor_sync(0xffffffffu, p, 16), p += __shfl_xor_sync(0xffffffffu, p, 8);
-        p += __shfl_xor_sync(0xffffffffu, p, 4), p += __shfl_xor_sync(0xffffffffu, p, 1);
-        float p1 = __shfl_xor_sync(0xffffffffu, p, 2);
-        if ((threadIdx.x & 31) == 0) xsum[i / 32] = make_float2(p + p1, fmaf(p1, 0.0625f, p));
+         * lane group (lane bit 1: even or odd) and in group i / 32 (k of the
+         * 4). Over lane bits 4 and 3 (four sums at once), then 2 and 0; X =
+         * even + odd, Y = even + odd / 16 */
+        float s4 = st_sum4(p, lane, 4, 3);
+        s4 += __shfl_xor_sync(0xffffffffu, s4, 4), s4 += __shfl_xor_sync(0xffffffffu, s4, 1);
+        const float s1 = __shfl_xor_sync(0xffffffffu, s4, 2);
+        const int g = (i0 >> 5) + nt / 32 * (lane >> 3);
+        if ((lane & 7) == 0 && 32 * g < nl) xsum[g] = make_float2(s4 + s1, fmaf(s1, 0.0625f, s4));
     }
     if (stash_lks >= 0) /* after the barrier */
         st_stash((const float *)stage, n, stash_lks, stash);
