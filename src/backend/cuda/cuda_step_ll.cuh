@@ -22,7 +22,7 @@
  * reader may still want it. */
 static __device__ __forceinline__ void ll_put(uint4 *p, uint32_t d0, uint32_t d1, uint32_t f)
 {
-    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(d0), "r"(f),
+    asm volatile("st.relaxed.gpu.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(d0), "r"(f),
                  "r"(d1), "r"(f)
                  : "memory");
 }
@@ -30,7 +30,7 @@ static __device__ __forceinline__ void ll_put(uint4 *p, uint32_t d0, uint32_t d1
 static __device__ __forceinline__ uint4 ll_load(const uint4 *p)
 {
     uint4 v;
-    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+    asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p)
                  : "memory");
