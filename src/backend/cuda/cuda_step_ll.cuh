@@ -19,7 +19,8 @@
  * and a barrier with the fences it needs was ~3). Every layer has its own
  * lines and the flag changes with every launch, so a line is never read
  * before its producer's store of this step, and never overwritten while a
- * reader may still want it. */
+ * reader may still want it. Stores and polls are relaxed at gpu scope (only
+ * this GPU reads the lines; `volatile` is system scope): +0.2%. */
 static __device__ __forceinline__ void ll_put(uint4 *p, uint32_t d0, uint32_t d1, uint32_t f)
 {
     asm volatile("st.relaxed.gpu.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(d0), "r"(f),
