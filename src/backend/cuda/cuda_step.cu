@@ -284,7 +284,8 @@ static __device__ float ll_copy(const uint4 *src, int n, uint32_t f, uint2 *dst,
         float k = st_sum4(p, lane, 3, 2);
         k += __shfl_xor_sync(0xffffffffu, k, 2);
         const float k1 = __shfl_xor_sync(0xffffffffu, k, 1);
-        const int g = (base + (int)(threadIdx.x & ~31u)) / 16 + (lane >> 4) + nt / 16 * (lane >> 2 & 3);
+        const int g =
+            (base + (int)(threadIdx.x & ~31u)) / 16 + (lane >> 4) + nt / 16 * (lane >> 2 & 3);
         if ((lane & 3) == 0 && 16 * g < n) xsum[g] = make_float2(k + k1, fmaf(k1, 0.0625f, k));
     }
     return mx;
@@ -352,7 +353,8 @@ static __device__ float st_norm(const float *plain, const uint4 *ll, uint32_t f,
     float inv = rsqrtf(__fdividef(tot, (float)n) + eps);   /* no IEEE division's slow path */
     const __nv_bfloat162 *wp = (const __nv_bfloat162 *)xs; /* w, then x over it */
     const int lane = threadIdx.x & 31;
-    for (int i0 = threadIdx.x; i0 - lane - 32 * (int)(threadIdx.x >> 5) < nl; i0 += 4 * nt) {
+    for (int base = 0; base < nl; base += 4 * nt) { /* block-uniform: the lanes shuffle */
+        const int i0 = base + threadIdx.x;
         float p[4]; /* a warp's 32 pairs: one 64-value group, 4 groups at a time */
 #pragma unroll
         for (int k = 0; k < 4; k++) {
