@@ -502,6 +502,8 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
     /* q roped (bf16, as the op-by-op path rounds it), rows G .. 7 zero: the
      * q . k MMA's B operand */
     bf16 *qb = (bf16 *)S->qf;
+    /* the second k-half's q . k sums: qf past qb (bf16, half of it) */
+    float(*sx)[ST_SPL] = (float(*)[ST_SPL])(S->qf + TK_STEP_MAX_G * TK_STEP_MAX_HD / 2);
     for (int i = tid; i < TK_STEP_MAX_G * hd; i += nt) {
         int g = st_div(i, P->m_hd), d = i - g * hd;
         qb[i] =
@@ -538,35 +540,50 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         asm volatile("cp.async.wait_all;" ::: "memory");
         __syncthreads();
         if (q0 == p0) st_stamp(a, op, 5);
-        if (warp < n16 / 16) { /* q . k: warp w, positions 16 w .. 16 w + 15 against the G heads */
-            float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            const bf16 *krow = &S->u.kv.k[16 * warp + (lane & 15)][8 * (lane >> 4)];
+        if (warp < 8 && (warp & 3) < n16 / 16) {
+            /* q . k: warp w, positions 16 (w % 4) .. + 15 against the G heads,
+             * half w / 4 of the k-steps (two chains); each half's sums to its
+             * own scores (the softmax adds them) */
+            const int pb = warp & 3, kh = warp >> 2, nks = hd / 16, hk = (nks + 1) / 2;
+            const int k0s = kh * hk, k1s = min(nks, k0s + hk);
+            const bf16 *krow = &S->u.kv.k[16 * pb + (lane & 15)][8 * (lane >> 4)];
             const uint32_t *qg = (const uint32_t *)(qb + g4 * hd) + t4;
-            for (int ks = 0; ks < hd / 16; ks += 2) { /* two chains */
-                uint32_t k0, k1, k2, k3;
-                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                             : "=r"(k0), "=r"(k1), "=r"(k2), "=r"(k3)
-                             : "r"(tk_smem_u32(krow + 16 * ks)));
-                tk_mma_bf16(c0, k0, k1, k2, k3, qg[8 * ks], qg[8 * ks + 4]);
-                if (ks + 1 == hd / 16) break; /* hd % 32 == 16 */
-                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                             : "=r"(k0), "=r"(k1), "=r"(k2), "=r"(k3)
-                             : "r"(tk_smem_u32(krow + 16 * ks + 16)));
-                tk_mma_bf16(c1, k0, k1, k2, k3, qg[8 * ks + 8], qg[8 * ks + 12]);
+            /* the half's k-steps (at most 4) loaded first, then two MMA
+             * chains; k-steps past the half multiply zeros */
+            constexpr int KH = (TK_STEP_MAX_HD / 16 + 1) / 2;
+            uint32_t kf[KH][4], qf2[KH][2];
+#pragma unroll
+            for (int kk = 0; kk < KH; kk++) {
+                const int ks = k0s + kk;
+                kf[kk][0] = kf[kk][1] = kf[kk][2] = kf[kk][3] = 0u, qf2[kk][0] = qf2[kk][1] = 0u;
+                if (ks < k1s) {
+                    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                                 : "=r"(kf[kk][0]), "=r"(kf[kk][1]), "=r"(kf[kk][2]),
+                                   "=r"(kf[kk][3])
+                                 : "r"(tk_smem_u32(krow + 16 * ks)));
+                    qf2[kk][0] = qg[8 * ks], qf2[kk][1] = qg[8 * ks + 4];
+                }
             }
-            /* rows: positions 16 w + g4 (c[0 .. 1]) and + 8 (c[2 .. 3]);
+            float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int kk = 0; kk < KH; kk++)
+                tk_mma_bf16(kk & 1 ? c1 : c0, kf[kk][0], kf[kk][1], kf[kk][2], kf[kk][3],
+                            qf2[kk][0], qf2[kk][1]);
+            /* rows: positions 16 pb + g4 (c[0 .. 1]) and + 8 (c[2 .. 3]);
              * columns: heads 2 t4, + 1 */
+            float(*dst)[ST_SPL] = kh ? sx : S->s;
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int head = 2 * t4 + (e & 1), p = 16 * warp + g4 + 8 * (e >> 1);
-                if (head < G && p < n) S->s[head][p] = __fmul_rn(c0[e] + c1[e], a.scale);
+                int head = 2 * t4 + (e & 1), p = 16 * pb + g4 + 8 * (e >> 1);
+                if (head < G && p < n) dst[head][p] = c0[e] + c1[e];
             }
         }
         __syncthreads();
         if (q0 == p0) st_stamp(a, op, 9);
         for (int g = warp; g < G; g += ST_NW) { /* the online softmax of q head g */
-            float v0 = lane < n ? S->s[g][lane] : -INFINITY;
-            float v1 = lane + 32 < n ? S->s[g][lane + 32] : -INFINITY;
+            float v0 = lane < n ? __fmul_rn(S->s[g][lane] + sx[g][lane], a.scale) : -INFINITY;
+            float v1 = lane + 32 < n ? __fmul_rn(S->s[g][lane + 32] + sx[g][lane + 32], a.scale)
+                                     : -INFINITY;
             float mp = tk_warp_max(fmaxf(v0, v1)), mo = S->m[g], mn = fmaxf(mo, mp);
             float e0 = lane < n ? __expf(v0 - mn) : 0.0f,
                   e1 = lane + 32 < n ? __expf(v1 - mn) : 0.0f;
@@ -580,87 +597,80 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         __syncthreads();
         if (q0 == p0) st_stamp(a, op, 10);
         if (warp < hd / 8) { /* p . v: p split into bf16 hi + lo (16 bits of it), v as it is */
-            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            for (int kk = 0; kk < n16 / 16; kk++) {
-                uint32_t v0, v1;
-                asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];"
-                             : "=r"(v0), "=r"(v1)
-                             : "r"(tk_smem_u32(&S->u.kv.v[16 * kk + (lane & 15)][8 * warp])));
-                uint32_t h0 = 0u, l0 = 0u, h2 = 0u, l2 = 0u;
-                if (g4 < G) {
-                    float2 pa = *(const float2 *)&S->s[g4][16 * kk + 2 * t4];
-                    float2 pb = *(const float2 *)&S->s[g4][16 * kk + 2 * t4 + 8];
-                    __nv_bfloat162 ha = __floats2bfloat162_rn(pa.x, pa.y);
-                    __nv_bfloat162 hb = __floats2bfloat162_rn(pb.x, pb.y);
-                    float2 fa = __bfloat1622float2(ha), fb = __bfloat1622float2(hb);
-                    __nv_bfloat162 la = __floats2bfloat162_rn(pa.x - fa.x, pa.y - fa.y);
-                    __nv_bfloat162 lb = __floats2bfloat162_rn(pb.x - fb.x, pb.y - fb.y);
-                    h0 = *(const uint32_t *)&ha, h2 = *(const uint32_t *)&hb;
-                    l0 = *(const uint32_t *)&la, l2 = *(const uint32_t *)&lb;
-                }
-                tk_mma_bf16(c, h0, 0u, h2, 0u, v0, v1);
-                tk_mma_bf16(c, l0, 0u, l2, 0u, v0, v1);
+            /* every load first (p of every k-step, v of the pass's), then the
+             * high and the low parts in two MMA chains: no branch between */
+            const int nk = n16 / 16, gr = g4 < G ? g4 : 0;
+            uint32_t ph[ST_SPL / 8], pl[ST_SPL / 8], vv[ST_SPL / 8];
+#pragma unroll
+            for (int kk = 0; kk < ST_SPL / 16; kk++) {
+                float2 pa = *(const float2 *)&S->s[gr][16 * kk + 2 * t4];
+                float2 pb = *(const float2 *)&S->s[gr][16 * kk + 2 * t4 + 8];
+                if (g4 >= G) pa = pb = make_float2(0.0f, 0.0f); /* rows past G: zero */
+                __nv_bfloat162 ha = __floats2bfloat162_rn(pa.x, pa.y);
+                __nv_bfloat162 hb = __floats2bfloat162_rn(pb.x, pb.y);
+                float2 fa = __bfloat1622float2(ha), fb = __bfloat1622float2(hb);
+                __nv_bfloat162 la = __floats2bfloat162_rn(pa.x - fa.x, pa.y - fa.y);
+                __nv_bfloat162 lb = __floats2bfloat162_rn(pb.x - fb.x, pb.y - fb.y);
+                ph[2 * kk] = *(const uint32_t *)&ha, ph[2 * kk + 1] = *(const uint32_t *)&hb;
+                pl[2 * kk] = *(const uint32_t *)&la, pl[2 * kk + 1] = *(const uint32_t *)&lb;
+                vv[2 * kk] = vv[2 * kk + 1] = 0u; /* k-steps past the pass's rows: zero */
+                if (kk < nk)
+                    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];"
+                                 : "=r"(vv[2 * kk]), "=r"(vv[2 * kk + 1])
+                                 : "r"(tk_smem_u32(&S->u.kv.v[16 * kk + (lane & 15)][8 * warp])));
             }
+            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int kk = 0; kk < ST_SPL / 16; kk++) {
+                tk_mma_bf16(c, ph[2 * kk], 0u, ph[2 * kk + 1], 0u, vv[2 * kk], vv[2 * kk + 1]);
+                tk_mma_bf16(cl, pl[2 * kk], 0u, pl[2 * kk + 1], 0u, vv[2 * kk], vv[2 * kk + 1]);
+            }
+            c[0] += cl[0], c[1] += cl[1];
             if (g4 < G) {
                 float fc = S->fac[g4];
                 o2[0] = fmaf(o2[0], fc, c[0]), o2[1] = fmaf(o2[1], fc, c[1]);
             }
         }
     }
-    __syncthreads();   /* every pass's reads of qb */
-    float *of = S->qf; /* the output sums as [G][hd], for the thread-per-value code below */
-    if (warp < hd / 8 && g4 < G)
-        *(float2 *)&of[g4 * hd + 8 * warp + 2 * t4] = make_float2(o2[0], o2[1]);
-    __syncthreads();
-    float acc[ST_ATT_PER];
-#pragma unroll
-    for (int j = 0; j < ST_ATT_PER; j++) {
-        int i = tid + j * nt;
-        acc[j] = i < G * hd ? of[i] : 0.0f;
+    const int pst = hd + 2;          /* a split's partial: per q head hd sums, then m and l */
+    if (n_sp > 1 && sp < n_sp - 1) { /* straight from the p . v accumulators: no barrier */
+        uint4 *pl = st_ll(a, layer, a.ll_part) + (size_t)(h * a.max_splits + sp) * G * pst / 2;
+        st_stamp(a, op, 6);
+        if (warp < hd / 8 && g4 < G)
+            ll_put(pl + (g4 * pst + 8 * warp + 2 * t4) / 2, __float_as_uint(o2[0]),
+                   __float_as_uint(o2[1]), f);
+        if (tid < G) /* m and l: final since the last pass's softmax barrier */
+            ll_put(pl + (tid * pst + hd) / 2, __float_as_uint(S->m[tid]),
+                   __float_as_uint(S->l[tid]), f);
+        st_stamp(a, op, 7);
+        return;
     }
-    st_stamp(a, op, 6);
     uint4 *out = st_ll(a, layer, a.ll_attn) + h * G * hd / 4;
-    if (n_sp == 1) { /* one split: the output directly */
+    if (n_sp == 1) {       /* one split: the output directly */
+        __syncthreads();   /* every pass's reads of qb */
+        float *of = S->qf; /* the output sums as [G][hd], for the thread-per-value code below */
+        if (warp < hd / 8 && g4 < G)
+            *(float2 *)&of[g4 * hd + 8 * warp + 2 * t4] = make_float2(o2[0], o2[1]);
+        __syncthreads();
+        st_stamp(a, op, 6);
 #pragma unroll
         for (int j = 0; j < ST_ATT_PER; j++) {
             int i = tid + j * nt;
             if (j * nt >= G * hd) break; /* warp-uniform: the lanes shuffle */
-            float o = i < G * hd ? __fdividef(acc[j], S->l[st_div(i, P->m_hd)]) : 0.0f; /* l >= 1 */
+            float o = i < G * hd ? __fdividef(of[i], S->l[st_div(i, P->m_hd)]) : 0.0f; /* l >= 1 */
             st_put4(out, i, o, i < G * hd, f);
         }
         st_stamp(a, op, 8);
-        return;
-    }
-    const int pst = hd + 2; /* a split's partial: per q head hd sums, then m and l */
-    if (sp < n_sp - 1) {
-        uint4 *pl = st_ll(a, layer, a.ll_part) + (size_t)(h * a.max_splits + sp) * G * pst / 2;
-#pragma unroll
-        for (int j = 0; j < ST_ATT_PER; j++) {
-            int i = tid + j * nt;
-            if (j * nt >= G * hd) break;
-            float o = i < G * hd ? acc[j] : 0.0f;
-            float o1 = __shfl_down_sync(0xffffffffu, o, 1);
-            int gi = st_div(i, P->m_hd), e = gi * pst + (i - gi * hd);
-            if (i < G * hd && (i & 1) == 0)
-                ll_put(pl + e / 2, __float_as_uint(o), __float_as_uint(o1), f);
-        }
-        if (tid < G)
-            ll_put(pl + (tid * pst + hd) / 2, __float_as_uint(S->m[tid]),
-                   __float_as_uint(S->l[tid]), f);
-        st_stamp(a, op, 7);
         return;
     }
     /* the merge: this split's sums from registers, the others' from their
      * lines, then the splits in order */
     const int ast = hd + 4;
     float *ws = S->u.ws;
-#pragma unroll
-    for (int j = 0; j < ST_ATT_PER; j++) {
-        int i = tid + j * nt;
-        if (i >= G * hd) break;
-        int gi = st_div(i, P->m_hd);
-        ws[(sp * G + gi) * ast + i - gi * hd] = acc[j];
-    }
+    __syncthreads(); /* every pass's reads of k / v (ws is over them) */
+    st_stamp(a, op, 6);
+    if (warp < hd / 8 && g4 < G)
+        *(float2 *)&ws[(sp * G + g4) * ast + 8 * warp + 2 * t4] = make_float2(o2[0], o2[1]);
     if (tid < G)
         ws[(sp * G + tid) * ast + hd] = S->m[tid], ws[(sp * G + tid) * ast + hd + 1] = S->l[tid];
     const uint4 *pl0 = st_ll(a, layer, a.ll_part) + (size_t)h * a.max_splits * G * pst / 2;
@@ -683,7 +693,9 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
     /* the splits in order, every thread its own (head, dim) with its head's
      * factors and total computed again: independent loads and one FMA chain,
      * no warp trees and no barrier between (a chain's latency is what this
-     * step costs: dev/kernels/att_lab.cu) */
+     * step costs: dev/kernels/att_lab.cu). The loops stay rolled: unrolled,
+     * with the loads of 8 splits issued together, the merge took 1.28-1.47
+     * us instead of 1.06 (docs/perf/quant.md, session 15) */
 #pragma unroll
     for (int j = 0; j < ST_ATT_PER; j++) {
         int i = tid + j * nt;
