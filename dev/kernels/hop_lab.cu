@@ -25,21 +25,7 @@
  */
 #include "backend/cuda/cuda_step_ll.cuh"
 
-#include <algorithm>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cuda_runtime.h>
-#include <vector>
-
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__);       \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "lab_common.cuh"
 
 enum { NT = TK_STEP_NW * 32, ROUNDS = 48, PER = 28, GAP_NS = 20000, PP_N = 64 };
 
