@@ -65,7 +65,9 @@ struct st_att {
     bf16 q[TK_STEP_MAX_G * TK_STEP_MAX_HD];
     bf16 knew[TK_STEP_MAX_HD], vnew[TK_STEP_MAX_HD]; /* the new token's raw k and v of the head */
     float qf[TK_STEP_MAX_G * TK_STEP_MAX_HD];
-    float s[TK_STEP_MAX_G][ST_SPL];
+    /* rows of ST_SPL + 8: p . v's loads (a float pair of every head's row
+     * per lane group) fall in different banks (with ST_SPL, 4-way conflicts) */
+    float s[TK_STEP_MAX_G][ST_SPL + 8];
     float m[TK_STEP_MAX_G], l[TK_STEP_MAX_G], fac[TK_STEP_MAX_G];
     union __align__(16)
     {
@@ -571,11 +573,12 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
                             qf2[kk][0], qf2[kk][1]);
             /* rows: positions 16 pb + g4 (c[0 .. 1]) and + 8 (c[2 .. 3]);
              * columns: heads 2 t4, + 1 */
-            float(*dst)[ST_SPL] = kh ? sx : S->s;
+            float *dst = kh ? sx[0] : S->s[0];
+            const int drow = kh ? ST_SPL : ST_SPL + 8;
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int head = 2 * t4 + (e & 1), p = 16 * pb + g4 + 8 * (e >> 1);
-                if (head < G && p < n) dst[head][p] = c0[e] + c1[e];
+                if (head < G && p < n) dst[head * drow + p] = c0[e] + c1[e];
             }
         }
         __syncthreads();
