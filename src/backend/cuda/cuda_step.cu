@@ -64,7 +64,7 @@ enum { ST_QKV, ST_O, ST_GU, ST_DOWN, ST_LM };
 struct st_att {
     bf16 q[TK_STEP_MAX_G * TK_STEP_MAX_HD];
     bf16 knew[TK_STEP_MAX_HD], vnew[TK_STEP_MAX_HD]; /* the new token's raw k and v of the head */
-    float qf[TK_STEP_MAX_G * TK_STEP_MAX_HD];
+    float qf[TK_STEP_MAX_G * TK_STEP_MAX_HD + 32];   /* + 32: qb's padded rows, then sx */
     /* rows of ST_SPL + 8: p . v's loads (a float pair of every head's row
      * per lane group) fall in different banks (with ST_SPL, 4-way conflicts) */
     float s[TK_STEP_MAX_G][ST_SPL + 8];
@@ -503,12 +503,18 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
     st_stamp(a, op, 4);
     /* q roped (bf16, as the op-by-op path rounds it), rows G .. 7 zero: the
      * q . k MMA's B operand */
+    /* rows of hd + 8: the lanes' B-operand loads of 8 heads' rows fall in
+     * different banks (rows of hd: 8-way conflicts) */
     bf16 *qb = (bf16 *)S->qf;
-    /* the second k-half's q . k sums: qf past qb (bf16, half of it) */
-    float(*sx)[ST_SPL] = (float(*)[ST_SPL])(S->qf + TK_STEP_MAX_G * TK_STEP_MAX_HD / 2);
+    const int qrow = hd + 8;
+    /* the second k-half's q . k sums: qf past qb */
+    float(*sx)[ST_SPL] = (float(*)[ST_SPL])(S->qf + TK_STEP_MAX_G * (TK_STEP_MAX_HD + 8) / 2);
+    static_assert(TK_STEP_MAX_G * (TK_STEP_MAX_HD + 8) / 2 + TK_STEP_MAX_G * ST_SPL <=
+                      sizeof(((st_att *)0)->qf) / 4,
+                  "qb and sx fit qf");
     for (int i = tid; i < TK_STEP_MAX_G * hd; i += nt) {
         int g = st_div(i, P->m_hd), d = i - g * hd;
-        qb[i] =
+        qb[g * qrow + d] =
             g < G ? __float2bfloat16(st_rope(S->q + g * hd, d, a.rot, P)) : __float2bfloat16(0.0f);
     }
     if (tid < G) S->m[tid] = -INFINITY, S->l[tid] = 0.0f;
@@ -549,7 +555,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
             const int pb = warp & 3, kh = warp >> 2, nks = hd / 16, hk = (nks + 1) / 2;
             const int k0s = kh * hk, k1s = min(nks, k0s + hk);
             const bf16 *krow = &S->u.kv.k[16 * pb + (lane & 15)][8 * (lane >> 4)];
-            const uint32_t *qg = (const uint32_t *)(qb + g4 * hd) + t4;
+            const uint32_t *qg = (const uint32_t *)(qb + g4 * qrow) + t4;
             /* the half's k-steps (at most 4) loaded first, then two MMA
              * chains; k-steps past the half multiply zeros */
             constexpr int KH = (TK_STEP_MAX_HD / 16 + 1) / 2;
