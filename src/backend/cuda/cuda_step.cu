@@ -64,7 +64,9 @@ enum { ST_QKV, ST_O, ST_GU, ST_DOWN, ST_LM };
 struct st_att {
     bf16 q[TK_STEP_MAX_G * TK_STEP_MAX_HD];
     bf16 knew[TK_STEP_MAX_HD], vnew[TK_STEP_MAX_HD]; /* the new token's raw k and v of the head */
-    float qf[TK_STEP_MAX_G * TK_STEP_MAX_HD + 32];   /* + 32: qb's padded rows, then sx */
+    /* q roped (bf16 rows of hd + 8), then the second k-half's q . k sums;
+     * the one-split output's [G][hd] sums after the passes */
+    float qf[TK_STEP_MAX_G * (TK_STEP_MAX_HD + 8) / 2 + TK_STEP_MAX_G * ST_SPL];
     /* rows of ST_SPL + 8: p . v's loads (a float pair of every head's row
      * per lane group) fall in different banks (with ST_SPL, 4-way conflicts) */
     float s[TK_STEP_MAX_G][ST_SPL + 8];
@@ -502,16 +504,12 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
     __syncthreads();
     st_stamp(a, op, 4);
     /* q roped (bf16, as the op-by-op path rounds it), rows G .. 7 zero: the
-     * q . k MMA's B operand */
-    /* rows of hd + 8: the lanes' B-operand loads of 8 heads' rows fall in
-     * different banks (rows of hd: 8-way conflicts) */
+     * q . k MMA's B operand, in rows of hd + 8 so that the lanes' loads of 8
+     * heads' rows fall in different banks (rows of hd: 8-way conflicts) */
     bf16 *qb = (bf16 *)S->qf;
     const int qrow = hd + 8;
     /* the second k-half's q . k sums: qf past qb */
     float(*sx)[ST_SPL] = (float(*)[ST_SPL])(S->qf + TK_STEP_MAX_G * (TK_STEP_MAX_HD + 8) / 2);
-    static_assert(TK_STEP_MAX_G * (TK_STEP_MAX_HD + 8) / 2 + TK_STEP_MAX_G * ST_SPL <=
-                      sizeof(((st_att *)0)->qf) / 4,
-                  "qb and sx fit qf");
     for (int i = tid; i < TK_STEP_MAX_G * hd; i += nt) {
         int g = st_div(i, P->m_hd), d = i - g * hd;
         qb[g * qrow + d] =
