@@ -55,10 +55,6 @@ template <int S> static __device__ __forceinline__ void put(uint4 *p, uint32_t a
         asm volatile("st.release.gpu.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a),
                      "r"(f), "r"(b), "r"(f)
                      : "memory");
-    if (S == 3)
-        asm volatile("st.global.wt.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(f), "r"(b),
-                     "r"(f)
-                     : "memory");
 }
 
 template <int L> static __device__ __forceinline__ uint4 get(const uint4 *p)
@@ -72,11 +68,6 @@ template <int L> static __device__ __forceinline__ uint4 get(const uint4 *p)
                      : "memory");
     if (L == 2)
         asm volatile("ld.acquire.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                     : "l"(p)
-                     : "memory");
-    if (L == 3)
-        asm volatile("ld.global.cv.v4.u32 {%0, %1, %2, %3}, [%4];"
                      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                      : "l"(p)
                      : "memory");
