@@ -734,13 +734,16 @@ static __device__ void st_finish(const tk_step_args &a, const tk_step_op &o, int
                                  int lane, float xscale)
 {
     /* row lane & 15: lanes < 16 sum the first half of the slices, the
-     * others the second (in order), then the halves */
-    const int ks = 1 << o.lks, h0 = lane < 16 ? 0 : ks / 2, h1 = lane < 16 ? ks / 2 : ks;
+     * others the second (in order), then the halves; at most 8 slices a
+     * half, predicated: the epilogue runs cold once per op, and each taken
+     * jump of cold code costs a fetch (docs/perf/quant.md) */
+    const int ks = 1 << o.lks, half = ks >> 1;
+    const int cnt = ks == 1 ? (lane < 16) : half; /* ks 1: lanes < 16 take slice 0 */
+    const float *pp = parts + (lane < 16 ? 0 : half) * 16 + (lane & 15);
     float v = 0.0f;
-    if (ks == 1)
-        v = lane < 16 ? parts[lane] : 0.0f;
-    else
-        for (int j = h0; j < h1; j++) v += parts[j * 16 + (lane & 15)];
+#pragma unroll
+    for (int j = 0; j < ST_NW / 2; j++)
+        if (j < cnt) v += pp[j * 16];
     v += __shfl_down_sync(0xffffffffu, v, 16);
     v *= xscale; /* 1, or 2^e when x went in as x times 2^-e */
     int r = tile * 16 + lane;
