@@ -316,10 +316,14 @@ static __device__ __forceinline__ void st_stash(const float *res, int n, int lks
 {
     static_assert(ST_NW == 16, "tiles per block and round: 16 >> lks");
     const int lp = 4 - lks, per = 1 << lp, ne = min(ST_LT * per, TK_STEP_STASH_TILES) * 16;
-    for (int e = threadIdx.x; e < ne; e += ST_NW * 32) {
+    /* at most two entries a thread, predicated (cold code: no loop) */
+    static_assert(TK_STEP_STASH_TILES * 16 <= 2 * ST_NW * 32, "two stash entries a thread");
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        int e = threadIdx.x + j * ST_NW * 32;
         int idx = e >> 4, gi = idx & (per - 1), l2 = idx >> lp;
         int r = ((l2 * per + gi) * gridDim.x + blockIdx.x) * 16 + (e & 15);
-        if (r < n) stash[e] = res[r];
+        if (e < ne && r < n) stash[e] = res[r];
     }
 }
 
@@ -343,10 +347,14 @@ static __device__ float st_norm(const float *plain, const uint4 *ll, uint32_t f,
     else
         ll_copy(ll, nl, f, (uint2 *)stage, NULL, 1.0f);
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < nl; i += nt) {
-        float2 v = stage[i];
-        ss = __fmaf_rn(v.x, v.x, ss);
-        ss = __fmaf_rn(v.y, v.y, ss);
+#pragma unroll /* at most 8 pairs a thread, predicated (cold code: no loop) */
+    for (int j = 0; j < TK_STEP_MAX_E / 2 / (ST_NW * 32); j++) {
+        const int i = threadIdx.x + j * nt;
+        if (i < nl) {
+            float2 v = stage[i];
+            ss = __fmaf_rn(v.x, v.x, ss);
+            ss = __fmaf_rn(v.y, v.y, ss);
+        }
     }
     ss = tk_warp_sum(ss);
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
@@ -364,16 +372,18 @@ static __device__ float st_norm(const float *plain, const uint4 *ll, uint32_t f,
         float p[4]; /* a warp's 32 pairs: one 64-value group, 4 groups at a time */
 #pragma unroll
         for (int k = 0; k < 4; k++) {
+            /* pairs past nl: zeros, not stored (predicated, no branch:
+             * cold code pays per taken jump) */
             const int i = i0 + k * nt;
-            p[k] = 0.0f;
-            if (i < nl) {
-                float2 v = stage[i], wv = __bfloat1622float2(wp[i]);
-                __nv_bfloat162 xb = __floats2bfloat162_rn(__fmul_rn(__fmul_rn(v.x, inv), wv.x),
-                                                          __fmul_rn(__fmul_rn(v.y, inv), wv.y));
-                float2 xf = __bfloat1622float2(xb), back;
-                ((uint32_t *)xs)[i] = st_f16x2(xf.x, xf.y, xmul, mx, back);
-                p[k] = back.x + back.y;
-            }
+            const bool ok = i < nl;
+            const float2 v = ok ? stage[i] : make_float2(0.0f, 0.0f);
+            const float2 wv = ok ? __bfloat1622float2(wp[i]) : make_float2(0.0f, 0.0f);
+            __nv_bfloat162 xb = __floats2bfloat162_rn(__fmul_rn(__fmul_rn(v.x, inv), wv.x),
+                                                      __fmul_rn(__fmul_rn(v.y, inv), wv.y));
+            float2 xf = __bfloat1622float2(xb), back;
+            const uint32_t h = st_f16x2(xf.x, xf.y, xmul, mx, back);
+            if (ok) ((uint32_t *)xs)[i] = h;
+            p[k] = back.x + back.y;
         }
         /* pair i (i = lane + a multiple of 32) is in k-step (i / 2) % 4 of its
          * lane group (lane bit 1: even or odd) and in group i / 32 (k of the
