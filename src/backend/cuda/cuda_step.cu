@@ -441,9 +441,13 @@ static __device__ void st_kv_issue(const tk_step_args &a, const st_consts *P, co
                                    const int *rows)
 {
     const int hd = a.hd, nt = ST_NW * 32, nh = n * (hd / 8);
-    for (int i = threadIdx.x; i < 2 * nh; i += nt) {
+    /* at most four copies a thread: unrolled, no loop (cold code) */
+    static_assert(2 * ST_SPL * (TK_STEP_MAX_HD / 8) <= 4 * ST_NW * 32, "four copies a thread");
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int i = threadIdx.x + j * nt;
         int kv = i >= nh, r = i - kv * nh, p = st_div(r, P->m_hd8), c = r - p * (hd / 8);
-        if (q0 + p == pos) continue;
+        if (i >= 2 * nh || q0 + p == pos) continue;
         int64_t row = rows ? rows[p] : st_row(a, q0 + p);
         const bf16 *src = (kv ? vc : kc) + (row * a.nkv + h) * hd + 8 * c;
         st_cp16(kv ? &S->u.kv.v[p][8 * c] : &S->u.kv.k[p][8 * c], src);
@@ -520,10 +524,14 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
     const int qrow = hd + 8;
     /* the second k-half's q . k sums: qf past qb */
     float(*sx)[ST_SPL] = (float(*)[ST_SPL])(S->qf + TK_STEP_MAX_G * (TK_STEP_MAX_HD + 8) / 2);
-    for (int i = tid; i < TK_STEP_MAX_G * hd; i += nt) {
+    static_assert(TK_STEP_MAX_G * TK_STEP_MAX_HD <= 2 * ST_NW * 32, "two q values a thread");
+#pragma unroll
+    for (int j = 0; j < 2; j++) { /* unrolled, no loop (cold code) */
+        const int i = tid + j * nt;
         int g = st_div(i, P->m_hd), d = i - g * hd;
-        qb[g * qrow + d] =
-            g < G ? __float2bfloat16(st_rope(S->q + g * hd, d, a.rot, P)) : __float2bfloat16(0.0f);
+        if (i < TK_STEP_MAX_G * hd)
+            qb[g * qrow + d] = g < G ? __float2bfloat16(st_rope(S->q + g * hd, d, a.rot, P))
+                                     : __float2bfloat16(0.0f);
     }
     if (tid < G) S->m[tid] = -INFINITY, S->l[tid] = 0.0f;
     /* p . v: warp w < hd / 8 holds dims 8 w .. 8 w + 7 of q head g (lanes g < G)
@@ -539,7 +547,9 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         if (pos >= q0 && pos < q0 + n) { /* rope its k, store k and v at its slot */
             int p = pos - q0;
             int64_t slot = P->slot;
-            for (int d = tid; d < hd; d += nt) {
+            static_assert(TK_STEP_MAX_HD <= ST_NW * 32, "one dimension a thread");
+            if (tid < hd) {
+                const int d = tid;
                 bf16 kv = __float2bfloat16(st_rope(S->knew, d, a.rot, P));
                 bf16 vv = S->vnew[d];
                 S->u.kv.k[p][d] = kv, S->u.kv.v[p][d] = vv;
@@ -597,7 +607,9 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         }
         __syncthreads();
         if (q0 == p0) st_stamp(a, op, 9);
-        for (int g = warp; g < G; g += ST_NW) { /* the online softmax of q head g */
+        static_assert(TK_STEP_MAX_G <= ST_NW, "a warp per q head");
+        if (warp < G) { /* the online softmax of q head g */
+            const int g = warp;
             float v0 = lane < n ? __fmul_rn(S->s[g][lane] + sx[g][lane], a.scale) : -INFINITY;
             float v1 = lane + 32 < n ? __fmul_rn(S->s[g][lane + 32] + sx[g][lane + 32], a.scale)
                                      : -INFINITY;
