@@ -18,14 +18,15 @@ NVDISASM=${NVDISASM:-$(command -v nvdisasm || echo /usr/local/cuda/bin/nvdisasm)
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 "$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I src -I include -Xptxas -v \
-  -cubin -o "$T/k.cubin" src/backend/cuda/cuda_step.cu 2>&1 | grep -A2 "entry function '_Z6k_step" | tail -2
+  -cubin -o "$T/k.cubin" src/backend/cuda/cuda_step.cu 2>&1 | grep -A2 "entry function '_Z6k_step\(ILb0EE\)\?[v]\?12" | tail -2
 "$NVDISASM" -c "$T/k.cubin" >"$T/k.sass"
 python3 - "$T/k.sass" <<'PY'
 import re, sys
 lines, inside = [], False
 for l in open(sys.argv[1]):
     if re.match(r"^\.text\.\S+:", l):  # a function's label: k_step's, or the next one's
-        inside = l.startswith(".text._Z6k_step")
+        # k_step (or its instantiation without stamps, k_step<false>)
+        inside = re.match(r"^\.text\._Z6k_step(ILb0EE)?v?12tk_step_args", l) is not None
     elif inside and re.search(r"/\*[0-9a-f]{4,}\*/", l):
         lines.append(l)
 op = lambda l: [w for w in l.split("*/", 1)[1].split() if not w.startswith("@")][0]

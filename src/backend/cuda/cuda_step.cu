@@ -205,9 +205,10 @@ static __device__ __forceinline__ void st_l2_ahead(st_cur c, const char *src, in
  * item's q ready, first K / V rows in, passes done, partials in (merger)
  * or out, output out; 9-10 its first pass's q . k and softmax done; op
  * 0's 11 the block's SM (ST_STAMP_SM). */
+template <bool STAMPS>
 static __device__ __forceinline__ void st_stamp(const tk_step_args &a, int op, int k)
 {
-    if (a.stamps && threadIdx.x == 0) {
+    if (STAMPS && threadIdx.x == 0) {
         unsigned long long t;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
         a.stamps[((size_t)op * gridDim.x + blockIdx.x) * TK_STEP_STAMPS + k] = t;
@@ -491,6 +492,7 @@ static __device__ __forceinline__ void st_put4(uint4 *dst, int i, float x, bool 
  * splits' partial sums go out as LL lines; the last split of the head
  * (the item a block reaches last, so no block waits on an item behind it)
  * merges them in split order into the head's output lines. */
+template <bool STAMPS>
 static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, int op, int layer,
                                    int h, int sp, int n_sp, int spl, st_att *S, uint32_t f)
 {
@@ -516,7 +518,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         *dst = d;
     }
     __syncthreads();
-    st_stamp(a, op, 4);
+    st_stamp<STAMPS>(a, op, 4);
     /* q roped (bf16, as the op-by-op path rounds it), rows G .. 7 zero: the
      * q . k MMA's B operand, in rows of hd + 8 so that the lanes' loads of 8
      * heads' rows fall in different banks (rows of hd: 8-way conflicts) */
@@ -565,7 +567,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         }
         asm volatile("cp.async.wait_all;" ::: "memory");
         __syncthreads();
-        if (q0 == p0) st_stamp(a, op, 5);
+        if (q0 == p0) st_stamp<STAMPS>(a, op, 5);
         if (warp < 8 && (warp & 3) < n16 / 16) {
             /* q . k: warp w, positions 16 (w % 4) .. + 15 against the G heads,
              * half w / 4 of the k-steps (two chains); each half's sums to its
@@ -606,7 +608,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
             }
         }
         __syncthreads();
-        if (q0 == p0) st_stamp(a, op, 9);
+        if (q0 == p0) st_stamp<STAMPS>(a, op, 9);
         static_assert(TK_STEP_MAX_G <= ST_NW, "a warp per q head");
         if (warp < G) { /* the online softmax of q head g */
             const int g = warp;
@@ -624,7 +626,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
             }
         }
         __syncthreads();
-        if (q0 == p0) st_stamp(a, op, 10);
+        if (q0 == p0) st_stamp<STAMPS>(a, op, 10);
         if (warp < hd / 8) { /* p . v: p split into bf16 hi + lo (16 bits of it), v as it is */
             /* every load first (p of every k-step, v of the pass's), then the
              * high and the low parts in two MMA chains: no branch between */
@@ -664,14 +666,14 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
     const int pst = hd + 2;          /* a split's partial: per q head hd sums, then m and l */
     if (n_sp > 1 && sp < n_sp - 1) { /* straight from the p . v accumulators: no barrier */
         uint4 *pl = st_ll(a, layer, a.ll_part) + (size_t)(h * a.max_splits + sp) * G * pst / 2;
-        st_stamp(a, op, 6);
+        st_stamp<STAMPS>(a, op, 6);
         if (warp < hd / 8 && g4 < G)
             ll_put(pl + (g4 * pst + 8 * warp + 2 * t4) / 2, __float_as_uint(o2[0]),
                    __float_as_uint(o2[1]), f);
         if (tid < G) /* m and l: final since the last pass's softmax barrier */
             ll_put(pl + (tid * pst + hd) / 2, __float_as_uint(S->m[tid]),
                    __float_as_uint(S->l[tid]), f);
-        st_stamp(a, op, 7);
+        st_stamp<STAMPS>(a, op, 7);
         return;
     }
     uint4 *out = st_ll(a, layer, a.ll_attn) + h * G * hd / 4;
@@ -681,7 +683,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         if (warp < hd / 8 && g4 < G)
             *(float2 *)&of[g4 * hd + 8 * warp + 2 * t4] = make_float2(o2[0], o2[1]);
         __syncthreads();
-        st_stamp(a, op, 6);
+        st_stamp<STAMPS>(a, op, 6);
 #pragma unroll
         for (int j = 0; j < ST_ATT_PER; j++) {
             int i = tid + j * nt;
@@ -689,7 +691,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
             float o = i < G * hd ? __fdividef(of[i], S->l[st_div(i, P->m_hd)]) : 0.0f; /* l >= 1 */
             st_put4(out, i, o, i < G * hd, f);
         }
-        st_stamp(a, op, 8);
+        st_stamp<STAMPS>(a, op, 8);
         return;
     }
     /* the merge: this split's sums from registers, the others' from their
@@ -697,7 +699,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
     const int ast = hd + 4;
     float *ws = S->u.ws;
     __syncthreads(); /* every pass's reads of k / v (ws is over them) */
-    st_stamp(a, op, 6);
+    st_stamp<STAMPS>(a, op, 6);
     if (warp < hd / 8 && g4 < G)
         *(float2 *)&ws[(sp * G + g4) * ast + 8 * warp + 2 * t4] = make_float2(o2[0], o2[1]);
     if (tid < G)
@@ -718,7 +720,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         }
     }
     __syncthreads();
-    st_stamp(a, op, 7);
+    st_stamp<STAMPS>(a, op, 7);
     /* the splits in order, every thread its own (head, dim) with its head's
      * factors and total computed again: independent loads and one FMA chain,
      * no warp trees and no barrier between (a chain's latency is what this
@@ -744,7 +746,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         }
         st_put4(out, i, o, i < G * hd, f);
     }
-    st_stamp(a, op, 8);
+    st_stamp<STAMPS>(a, op, 8);
 }
 
 /* ---------------------------------------------------------------- the tile epilogue */
@@ -797,6 +799,9 @@ static __device__ void st_finish(const tk_step_args &a, const tk_step_op &o, int
 
 /* ---------------------------------------------------------------- the step */
 
+/* STAMPS: the launch writes stamps (TERN_CUDA_STEP_STAMPS); without, the kernel
+ * has no stamp code at all (every stamp was a branch in cold code) */
+template <bool STAMPS>
 static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_args a)
 {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -833,7 +838,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         tk_rope_cs((float)__ldg(a.pos), a.inv_freq[threadIdx.x], a.mscale, P.cos[threadIdx.x],
                    P.sin[threadIdx.x]);
     if (threadIdx.x == 0) xmax = 0u;
-    if (a.stamps && threadIdx.x == 0) { /* the block's SM, for the per-block view */
+    if (STAMPS && threadIdx.x == 0) { /* the block's SM, for the per-block view */
         unsigned sm;
         asm("mov.u32 %0, %%smid;" : "=r"(sm));
         a.stamps[(size_t)blockIdx.x * TK_STEP_STAMPS + ST_STAMP_SM] = sm;
@@ -862,7 +867,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         const uint32_t f = *(volatile uint32_t *)&flag_s;
         int layer = op / 4, prev = layer - (o.kind == ST_QKV || o.kind == ST_LM);
         __syncthreads(); /* the last op's epilogue is done with parts and stash */
-        st_stamp(a, op, 0);
+        st_stamp<STAMPS>(a, op, 0);
         if (o.kind == ST_QKV) st_kv_prefetch(a, &P, layer);
         if (a.pf && (a.pf_ops >> o.kind & 1) && lane == 0) st_l2_ahead(c, nsrc, nn, a, n_ops, warp);
         if (threadIdx.x == 0) xscale = 1.0f; /* ordered before st_finish by the barriers below */
@@ -886,7 +891,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
                 for (int v = 0;; v++) {
                     int it = blockIdx.x + (v >> dbl) * gridDim.x;
                     if (it >= a.nkv * P.n_sp) break;
-                    st_att_item(a, &P, op, layer, it == blockIdx.x ? P.att_h : it / P.n_sp,
+                    st_att_item<STAMPS>(a, &P, op, layer, it == blockIdx.x ? P.att_h : it / P.n_sp,
                                 it == blockIdx.x ? P.att_sp : it % P.n_sp, P.n_sp, P.spl, att, f);
                     __syncthreads(); /* the item's shared memory before the next */
                 }
@@ -907,7 +912,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
             write_x(xmul);
             __syncthreads();
         }
-        st_stamp(a, op, 1);
+        st_stamp<STAMPS>(a, op, 1);
         int grp = warp >> o.lks, j = warp & ((1 << o.lks) - 1);
         st_cur k;
         st_start(k, o, op, warp); /* o: no reload from global at x ready */
@@ -965,7 +970,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
             }
         }
         __syncthreads(); /* every slice's part is in */
-        st_stamp(a, op, 2);
+        st_stamp<STAMPS>(a, op, 2);
         int per = ST_NW >> o.lks;
         for (int idx = warp;; idx += ST_NW) {                  /* the block's tiles, a warp each */
             int gi = idx & (per - 1), l2 = idx >> (4 - o.lks); /* per = 16 >> lks */
@@ -974,8 +979,18 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
             st_finish(a, o, layer, tile, idx, parts + ((gi * ST_LT + l2) << o.lks) * 16, stash, f,
                       lane, xscale);
         }
-        st_stamp(a, op, 3);
+        st_stamp<STAMPS>(a, op, 3);
     }
+}
+
+/* Both instantiations' shared memory limit (the same size). */
+static cudaError_t st_set_smem(void)
+{
+    cudaError_t e = cudaFuncSetAttribute(k_step<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)tk_step_smem_bytes());
+    if (e != cudaSuccess) return e;
+    return cudaFuncSetAttribute(k_step<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)tk_step_smem_bytes());
 }
 
 extern "C" cudaError_t tk_step_launch(cudaStream_t st, const tk_step_args *a, int grid)
@@ -985,14 +1000,13 @@ extern "C" cudaError_t tk_step_launch(cudaStream_t st, const tk_step_args *a, in
     cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess) return e;
     if (attr_done != dev) {
-        e = cudaFuncSetAttribute(k_step, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)tk_step_smem_bytes());
-        if (e != cudaSuccess) return e;
+        if ((e = st_set_smem()) != cudaSuccess) return e;
         attr_done = dev;
     }
     void *args[] = {(void *)a};
-    return cudaLaunchCooperativeKernel((const void *)k_step, dim3((unsigned)grid), dim3(ST_NW * 32),
-                                       args, tk_step_smem_bytes(), st);
+    const void *fn = a->stamps ? (const void *)k_step<true> : (const void *)k_step<false>;
+    return cudaLaunchCooperativeKernel(fn, dim3((unsigned)grid), dim3(ST_NW * 32), args,
+                                       tk_step_smem_bytes(), st);
 }
 
 extern "C" cudaError_t tk_step_set_spin(unsigned ns)
@@ -1002,9 +1016,8 @@ extern "C" cudaError_t tk_step_set_spin(unsigned ns)
 
 extern "C" cudaError_t tk_step_fits(int *blocks_per_sm)
 {
-    cudaError_t e = cudaFuncSetAttribute(k_step, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)tk_step_smem_bytes());
+    cudaError_t e = st_set_smem();
     if (e != cudaSuccess) return e;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, k_step, ST_NW * 32,
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, k_step<false>, ST_NW * 32,
                                                          tk_step_smem_bytes());
 }
