@@ -205,10 +205,10 @@ static __device__ __forceinline__ void st_l2_ahead(st_cur c, const char *src, in
  * item's q ready, first K / V rows in, passes done, partials in (merger)
  * or out, output out; 9-10 its first pass's q . k and softmax done; op
  * 0's 11 the block's SM (ST_STAMP_SM). */
-template <bool STAMPS>
+template <bool INSTR>
 static __device__ __forceinline__ void st_stamp(const tk_step_args &a, int op, int k)
 {
-    if (STAMPS && threadIdx.x == 0) {
+    if (INSTR && a.stamps && threadIdx.x == 0) {
         unsigned long long t;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
         a.stamps[((size_t)op * gridDim.x + blockIdx.x) * TK_STEP_STAMPS + k] = t;
@@ -492,7 +492,7 @@ static __device__ __forceinline__ void st_put4(uint4 *dst, int i, float x, bool 
  * splits' partial sums go out as LL lines; the last split of the head
  * (the item a block reaches last, so no block waits on an item behind it)
  * merges them in split order into the head's output lines. */
-template <bool STAMPS>
+template <bool INSTR>
 static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, int op, int layer,
                                    int h, int sp, int n_sp, int spl, st_att *S, uint32_t f)
 {
@@ -518,7 +518,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         *dst = d;
     }
     __syncthreads();
-    st_stamp<STAMPS>(a, op, 4);
+    st_stamp<INSTR>(a, op, 4);
     /* q roped (bf16, as the op-by-op path rounds it), rows G .. 7 zero: the
      * q . k MMA's B operand, in rows of hd + 8 so that the lanes' loads of 8
      * heads' rows fall in different banks (rows of hd: 8-way conflicts) */
@@ -567,7 +567,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         }
         asm volatile("cp.async.wait_all;" ::: "memory");
         __syncthreads();
-        if (q0 == p0) st_stamp<STAMPS>(a, op, 5);
+        if (q0 == p0) st_stamp<INSTR>(a, op, 5);
         if (warp < 8 && (warp & 3) < n16 / 16) {
             /* q . k: warp w, positions 16 (w % 4) .. + 15 against the G heads,
              * half w / 4 of the k-steps (two chains); each half's sums to its
@@ -608,7 +608,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
             }
         }
         __syncthreads();
-        if (q0 == p0) st_stamp<STAMPS>(a, op, 9);
+        if (q0 == p0) st_stamp<INSTR>(a, op, 9);
         static_assert(TK_STEP_MAX_G <= ST_NW, "a warp per q head");
         if (warp < G) { /* the online softmax of q head g */
             const int g = warp;
@@ -626,7 +626,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
             }
         }
         __syncthreads();
-        if (q0 == p0) st_stamp<STAMPS>(a, op, 10);
+        if (q0 == p0) st_stamp<INSTR>(a, op, 10);
         if (warp < hd / 8) { /* p . v: p split into bf16 hi + lo (16 bits of it), v as it is */
             /* every load first (p of every k-step, v of the pass's), then the
              * high and the low parts in two MMA chains: no branch between */
@@ -666,14 +666,14 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
     const int pst = hd + 2;          /* a split's partial: per q head hd sums, then m and l */
     if (n_sp > 1 && sp < n_sp - 1) { /* straight from the p . v accumulators: no barrier */
         uint4 *pl = st_ll(a, layer, a.ll_part) + (size_t)(h * a.max_splits + sp) * G * pst / 2;
-        st_stamp<STAMPS>(a, op, 6);
+        st_stamp<INSTR>(a, op, 6);
         if (warp < hd / 8 && g4 < G)
             ll_put(pl + (g4 * pst + 8 * warp + 2 * t4) / 2, __float_as_uint(o2[0]),
                    __float_as_uint(o2[1]), f);
         if (tid < G) /* m and l: final since the last pass's softmax barrier */
             ll_put(pl + (tid * pst + hd) / 2, __float_as_uint(S->m[tid]),
                    __float_as_uint(S->l[tid]), f);
-        st_stamp<STAMPS>(a, op, 7);
+        st_stamp<INSTR>(a, op, 7);
         return;
     }
     uint4 *out = st_ll(a, layer, a.ll_attn) + h * G * hd / 4;
@@ -683,7 +683,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         if (warp < hd / 8 && g4 < G)
             *(float2 *)&of[g4 * hd + 8 * warp + 2 * t4] = make_float2(o2[0], o2[1]);
         __syncthreads();
-        st_stamp<STAMPS>(a, op, 6);
+        st_stamp<INSTR>(a, op, 6);
 #pragma unroll
         for (int j = 0; j < ST_ATT_PER; j++) {
             int i = tid + j * nt;
@@ -691,7 +691,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
             float o = i < G * hd ? __fdividef(of[i], S->l[st_div(i, P->m_hd)]) : 0.0f; /* l >= 1 */
             st_put4(out, i, o, i < G * hd, f);
         }
-        st_stamp<STAMPS>(a, op, 8);
+        st_stamp<INSTR>(a, op, 8);
         return;
     }
     /* the merge: this split's sums from registers, the others' from their
@@ -699,7 +699,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
     const int ast = hd + 4;
     float *ws = S->u.ws;
     __syncthreads(); /* every pass's reads of k / v (ws is over them) */
-    st_stamp<STAMPS>(a, op, 6);
+    st_stamp<INSTR>(a, op, 6);
     if (warp < hd / 8 && g4 < G)
         *(float2 *)&ws[(sp * G + g4) * ast + 8 * warp + 2 * t4] = make_float2(o2[0], o2[1]);
     if (tid < G)
@@ -720,7 +720,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         }
     }
     __syncthreads();
-    st_stamp<STAMPS>(a, op, 7);
+    st_stamp<INSTR>(a, op, 7);
     /* the splits in order, every thread its own (head, dim) with its head's
      * factors and total computed again: independent loads and one FMA chain,
      * no warp trees and no barrier between (a chain's latency is what this
@@ -746,7 +746,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         }
         st_put4(out, i, o, i < G * hd, f);
     }
-    st_stamp<STAMPS>(a, op, 8);
+    st_stamp<INSTR>(a, op, 8);
 }
 
 /* ---------------------------------------------------------------- the tile epilogue */
@@ -799,9 +799,11 @@ static __device__ void st_finish(const tk_step_args &a, const tk_step_op &o, int
 
 /* ---------------------------------------------------------------- the step */
 
-/* STAMPS: the launch writes stamps (TERN_CUDA_STEP_STAMPS); without, the kernel
- * has no stamp code at all (every stamp was a branch in cold code) */
-template <bool STAMPS>
+/* INSTR: the instrumented kernel, launched when stamps (TERN_CUDA_STEP_STAMPS),
+ * a timing-only TERN_CUDA_STEP_TUNE or the L2 prefetch (TERN_CUDA_STEP_PF)
+ * is asked for; the plain one has none of their code (each was a branch in
+ * cold code, some in the GEMV loop: ~+1% without the stamps alone) */
+template <bool INSTR>
 static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_args a)
 {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -813,6 +815,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
     __shared__ float xscale;  /* the op's x went in as x / xscale (1 unless beyond f16) */
     __shared__ unsigned xmax; /* the op's largest |x| (as bits) when one is beyond f16 */
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int tune = INSTR ? a.tune : 0; /* timing-only switches: the instrumented kernel's */
     uint4 *ring = (uint4 *)smem + (size_t)warp * ST_S * ST_C * ST_REC;
     bf16 *xs = (bf16 *)(smem + ST_RING_BYTES);
     float *parts = (float *)(smem + ST_RING_BYTES + ST_X_BYTES);
@@ -828,7 +831,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
     st_start(c, a.ops[0], 0, warp);
     uint32_t issued = 0, used = 0;
     const char *nsrc = NULL; /* the next chunk to issue: nn records at nsrc */
-    int nn = a.tune & 128 ? 0 : st_advance(c, a.ops, n_ops, warp, nsrc);
+    int nn = tune & 128 ? 0 : st_advance(c, a.ops, n_ops, warp, nsrc);
     for (int i = 0; i < a.depth && nn; i++) {
         if (lane == 0) st_issue(nsrc, nn, ring0, bar0, issued, pol);
         issued++;
@@ -838,7 +841,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         tk_rope_cs((float)__ldg(a.pos), a.inv_freq[threadIdx.x], a.mscale, P.cos[threadIdx.x],
                    P.sin[threadIdx.x]);
     if (threadIdx.x == 0) xmax = 0u;
-    if (STAMPS && threadIdx.x == 0) { /* the block's SM, for the per-block view */
+    if (INSTR && a.stamps && threadIdx.x == 0) { /* the block's SM, for the per-block view */
         unsigned sm;
         asm("mov.u32 %0, %%smid;" : "=r"(sm));
         a.stamps[(size_t)blockIdx.x * TK_STEP_STAMPS + ST_STAMP_SM] = sm;
@@ -867,9 +870,10 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         const uint32_t f = *(volatile uint32_t *)&flag_s;
         int layer = op / 4, prev = layer - (o.kind == ST_QKV || o.kind == ST_LM);
         __syncthreads(); /* the last op's epilogue is done with parts and stash */
-        st_stamp<STAMPS>(a, op, 0);
+        st_stamp<INSTR>(a, op, 0);
         if (o.kind == ST_QKV) st_kv_prefetch(a, &P, layer);
-        if (a.pf && (a.pf_ops >> o.kind & 1) && lane == 0) st_l2_ahead(c, nsrc, nn, a, n_ops, warp);
+        if (INSTR && a.pf && (a.pf_ops >> o.kind & 1) && lane == 0)
+            st_l2_ahead(c, nsrc, nn, a, n_ops, warp);
         if (threadIdx.x == 0) xscale = 1.0f; /* ordered before st_finish by the barriers below */
         /* x as f16 (times xmul), into xs and xsum; the largest magnitude */
         auto write_x = [&](float xmul) -> float {
@@ -884,15 +888,16 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
                            o.kind == ST_LM ? -1 : a.ops[op + 1].lks, xmul);
         };
         float mx = 0.0f;
-        if (a.tune & 8) { /* experiment: no phases (x as it is) */
+        if (tune & 8) { /* experiment: no phases (x as it is) */
         } else {
-            if (o.kind == ST_O) {                 /* the attention, then its output as x */
-                const int dbl = a.tune >> 12 & 1; /* TUNE & 4096: each item twice (timing) */
+            if (o.kind == ST_O) {               /* the attention, then its output as x */
+                const int dbl = tune >> 12 & 1; /* TUNE & 4096: each item twice (timing) */
                 for (int v = 0;; v++) {
                     int it = blockIdx.x + (v >> dbl) * gridDim.x;
                     if (it >= a.nkv * P.n_sp) break;
-                    st_att_item<STAMPS>(a, &P, op, layer, it == blockIdx.x ? P.att_h : it / P.n_sp,
-                                it == blockIdx.x ? P.att_sp : it % P.n_sp, P.n_sp, P.spl, att, f);
+                    st_att_item<INSTR>(a, &P, op, layer, it == blockIdx.x ? P.att_h : it / P.n_sp,
+                                       it == blockIdx.x ? P.att_sp : it % P.n_sp, P.n_sp, P.spl,
+                                       att, f);
                     __syncthreads(); /* the item's shared memory before the next */
                 }
             }
@@ -901,7 +906,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         /* the barrier after x also says whether a value was beyond f16 (rare:
          * x again times 2^-e, the op's sums scaled back in st_finish; TUNE &
          * 256 forces it with e = 1, for the test) */
-        if (__syncthreads_or(mx > 65504.0f || (a.tune & 256))) {
+        if (__syncthreads_or(mx > 65504.0f || (tune & 256))) {
             atomicMax(&xmax, __float_as_uint(mx)); /* magnitudes order as their bits */
             __syncthreads();
             float m = __uint_as_float(xmax);
@@ -912,7 +917,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
             write_x(xmul);
             __syncthreads();
         }
-        st_stamp<STAMPS>(a, op, 1);
+        st_stamp<INSTR>(a, op, 1);
         int grp = warp >> o.lks, j = warp & ((1 << o.lks) - 1);
         st_cur k;
         st_start(k, o, op, warp); /* o: no reload from global at x ready */
@@ -924,10 +929,10 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
             int ng = st_next(k, G);
             if (ng == 0) break;
             uint32_t stg = used % ST_S;
-            if (!(a.tune & 128)) st_wait(bar0 + 8 * stg, (used / ST_S) & 1u);
+            if (!(tune & 128)) st_wait(bar0 + 8 * stg, (used / ST_S) & 1u);
             const uint4 *sp = ring + stg * ST_C * ST_REC;
             const bool refill = nn != 0;
-            if (a.tune & 16) { /* experiment: no arithmetic */
+            if (tune & 16) { /* experiment: no arithmetic */
                 used++;
                 __syncwarp();
                 if (refill && lane == 0) st_issue(nsrc, nn, ring0, bar0, issued, pol);
@@ -970,7 +975,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
             }
         }
         __syncthreads(); /* every slice's part is in */
-        st_stamp<STAMPS>(a, op, 2);
+        st_stamp<INSTR>(a, op, 2);
         int per = ST_NW >> o.lks;
         for (int idx = warp;; idx += ST_NW) {                  /* the block's tiles, a warp each */
             int gi = idx & (per - 1), l2 = idx >> (4 - o.lks); /* per = 16 >> lks */
@@ -979,7 +984,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
             st_finish(a, o, layer, tile, idx, parts + ((gi * ST_LT + l2) << o.lks) * 16, stash, f,
                       lane, xscale);
         }
-        st_stamp<STAMPS>(a, op, 3);
+        st_stamp<INSTR>(a, op, 3);
     }
 }
 
@@ -1004,7 +1009,8 @@ extern "C" cudaError_t tk_step_launch(cudaStream_t st, const tk_step_args *a, in
         attr_done = dev;
     }
     void *args[] = {(void *)a};
-    const void *fn = a->stamps ? (const void *)k_step<true> : (const void *)k_step<false>;
+    const bool instr = a->stamps || a->tune || a->pf;
+    const void *fn = instr ? (const void *)k_step<true> : (const void *)k_step<false>;
     return cudaLaunchCooperativeKernel(fn, dim3((unsigned)grid), dim3(ST_NW * 32), args,
                                        tk_step_smem_bytes(), st);
 }
