@@ -26,25 +26,13 @@
 #include "backend/cuda/cuda_step_ll.cuh"
 
 #include "lab_common.cuh"
+#include "lab_timer.cuh"
 
 enum { NT = TK_STEP_NW * 32, ROUNDS = 48, PER = 28, GAP_NS = 20000, PP_N = 64 };
 
-static __device__ __forceinline__ uint64_t gtime(void)
-{
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
-static __device__ __forceinline__ void wait_until(uint64_t t)
-{
-    while (gtime() < t) {
-    }
-}
-
 /* the store / load kinds compared in oneway */
-template <int S> static __device__ __forceinline__ void put(uint4 *p, uint32_t a, uint32_t b,
-                                                            uint32_t f)
+template <int S>
+static __device__ __forceinline__ void put(uint4 *p, uint32_t a, uint32_t b, uint32_t f)
 {
     if (S == 0) ll_put(p, a, b, f);
     if (S == 1)
@@ -84,8 +72,8 @@ static __global__ void k_oneway(uint4 *lines, uint64_t *lat, const uint64_t *t0p
         uint4 *p = lines + r;
         const uint32_t f = (uint32_t)r + 1u;
         if (blockIdx.x == r % gridDim.x) {
-            wait_until(t0 + (uint64_t)(r + 1) * GAP_NS);
-            uint64_t t = gtime();
+            lab_wait_until(t0 + (uint64_t)(r + 1) * GAP_NS);
+            uint64_t t = lab_gtime();
             put<S>(p, (uint32_t)t, (uint32_t)(t >> 32), f);
             lat[(size_t)r * gridDim.x + blockIdx.x] = 0;
             continue;
@@ -93,7 +81,7 @@ static __global__ void k_oneway(uint4 *lines, uint64_t *lat, const uint64_t *t0p
         uint4 v;
         do v = get<L>(p);
         while (v.y != f || v.w != f);
-        uint64_t t = gtime();
+        uint64_t t = lab_gtime();
         lat[(size_t)r * gridDim.x + blockIdx.x] = t - ((uint64_t)v.z << 32 | v.x);
     }
 }
@@ -106,7 +94,7 @@ static __global__ void k_pingpong(uint4 *lines, uint64_t *rt)
     for (int k = 1; k < (int)gridDim.x; k++) {
         if (blockIdx.x != 0 && (int)blockIdx.x != k) continue;
         uint4 *a = lines + 2 * k, *b = lines + 2 * k + 1; /* 0 -> k, k -> 0 */
-        uint64_t t = gtime();
+        uint64_t t = lab_gtime();
         for (int i = 1; i <= PP_N; i++) {
             if (blockIdx.x == 0) {
                 ll_put(a, 0u, 0u, (uint32_t)i);
@@ -120,7 +108,7 @@ static __global__ void k_pingpong(uint4 *lines, uint64_t *rt)
                 ll_put(b, 0u, 0u, (uint32_t)i);
             }
         }
-        if (blockIdx.x == 0) rt[k] = (gtime() - t) / PP_N;
+        if (blockIdx.x == 0) rt[k] = (lab_gtime() - t) / PP_N;
     }
 }
 
@@ -128,8 +116,8 @@ static __global__ void k_pingpong(uint4 *lines, uint64_t *rt)
  * stagger, then all lines gathered (mode 0: ll_gather; 1: every thread
  * re-polls; 2: a counter, then the LL lines; 3: a counter, then the data
  * alone: half the bytes; 4: a relaxed counter (no release, no acquire), then
- * the LL lines, each re-polled until its flags are in); ts[r][b] = store time, tin[r][b] = lines-in time,
- * tc[r][b] = counter-seen time (modes 2, 3) */
+ * the LL lines, each re-polled until its flags are in); ts[r][b] = store time, tin[r][b] = lines-in
+ * time, tc[r][b] = counter-seen time (modes 2, 3) */
 template <int MODE>
 static __global__ void k_gather(uint4 *lines, unsigned *cnt, uint64_t *ts, uint64_t *tin,
                                 uint64_t *tc, const uint64_t *t0p, int stagger_ns, int per)
@@ -144,9 +132,9 @@ static __global__ void k_gather(uint4 *lines, unsigned *cnt, uint64_t *ts, uint6
         const uint64_t at = t0 + (uint64_t)(r + 1) * GAP_NS +
                             (uint64_t)((blockIdx.x * 37u) % 16u) * (uint64_t)stagger_ns;
         if (threadIdx.x < 32) { /* warp 0 stores the block's lines */
-            if (threadIdx.x == 0) wait_until(at);
+            if (threadIdx.x == 0) lab_wait_until(at);
             __syncwarp();
-            uint64_t t = gtime();
+            uint64_t t = lab_gtime();
             if (MODE == 3) { /* data alone: two lines' data in one 16-byte store */
                 uint2 *D = (uint2 *)L;
                 for (int i = threadIdx.x; i < per; i += 32)
@@ -178,19 +166,20 @@ static __global__ void k_gather(uint4 *lines, unsigned *cnt, uint64_t *ts, uint6
         } else {
             if (threadIdx.x == 0) {
                 unsigned c;
-                if (MODE == 4)
-                    do asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];"
-                                    : "=r"(c)
-                                    : "l"(cnt + r)
-                                    : "memory");
+                if (MODE == 4) do
+                        asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];"
+                                     : "=r"(c)
+                                     : "l"(cnt + r)
+                                     : "memory");
                     while (c < gridDim.x);
                 else
-                    do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
-                                    : "=r"(c)
-                                    : "l"(cnt + r)
-                                    : "memory");
+                    do
+                        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
+                                     : "=r"(c)
+                                     : "l"(cnt + r)
+                                     : "memory");
                     while (c < gridDim.x);
-                tc[(size_t)r * gridDim.x + blockIdx.x] = gtime();
+                tc[(size_t)r * gridDim.x + blockIdx.x] = lab_gtime();
             }
             __syncthreads();
             if (MODE == 4)
@@ -206,29 +195,9 @@ static __global__ void k_gather(uint4 *lines, unsigned *cnt, uint64_t *ts, uint6
                 for (int i = threadIdx.x; i < n / 2; i += NT) acc += ll_load(L + i).x;
         }
         __syncthreads();
-        if (threadIdx.x == 0) tin[(size_t)r * gridDim.x + blockIdx.x] = gtime();
+        if (threadIdx.x == 0) tin[(size_t)r * gridDim.x + blockIdx.x] = lab_gtime();
     }
     sink[threadIdx.x] = acc;
-}
-
-static __global__ void k_t0(uint64_t *t0)
-{
-    *t0 = gtime() + 50000; /* 50 us from now: every block is polling by then */
-}
-
-static double pct(std::vector<double> v, double q)
-{
-    if (v.empty()) return 0.0;
-    std::sort(v.begin(), v.end());
-    return v[(size_t)(q * (double)(v.size() - 1))];
-}
-
-static void report(const char *name, const std::vector<double> &v)
-{
-    double m = 0.0;
-    for (double x : v) m += x / (double)v.size();
-    printf("%-56s %8.0f %8.0f %8.0f %8.0f %8.0f  (%zu)\n", name, pct(v, 0.1), pct(v, 0.5),
-           pct(v, 0.9), pct(v, 0.99), m, v.size());
 }
 
 /* 120 KB of (unused) shared memory: one block per SM, as the kernel's */
@@ -245,7 +214,7 @@ template <int S, int L> static void oneway(const char *name, int grid, uint4 *li
     uint64_t *lat;
     CK(cudaMalloc(&lat, (size_t)ROUNDS * grid * 8));
     CK(cudaMemset(lines, 0, 1 << 20));
-    k_t0<<<1, 1>>>(t0);
+    k_lab_t0<<<1, 1>>>(t0);
     void *args[] = {&lines, &lat, &t0};
     launch((const void *)k_oneway<S, L>, grid, args);
     std::vector<uint64_t> h((size_t)ROUNDS * grid);
@@ -254,7 +223,7 @@ template <int S, int L> static void oneway(const char *name, int grid, uint4 *li
     for (int r = 2; r < ROUNDS; r++) /* the first rounds: warm-up */
         for (int b = 0; b < grid; b++)
             if (b != r % grid) v.push_back((double)h[(size_t)r * grid + b]);
-    report(name, v);
+    lab_report(name, v, 56);
     CK(cudaFree(lat));
 }
 
@@ -271,7 +240,7 @@ static void gather(const char *name, int grid, uint4 *lines, uint64_t *t0, int s
     CK(cudaMemset(cnt, 0, ROUNDS * 4));
     CK(cudaMemset(tc, 0, nr * 8));
     CK(cudaMemset(lines, 0, nr * PER * 16));
-    k_t0<<<1, 1>>>(t0);
+    k_lab_t0<<<1, 1>>>(t0);
     void *args[] = {&lines, &cnt, &ts, &tin, &tc, &t0, &stagger, &per};
     launch((const void *)k_gather<MODE>, grid, args);
     std::vector<uint64_t> hs(nr), hi(nr), hc(nr);
@@ -292,12 +261,12 @@ static void gather(const char *name, int grid, uint4 *lines, uint64_t *t0, int s
     }
     char s[128];
     snprintf(s, sizeof s, "%s, %d lines, stagger %d: every block", name, grid * per, stagger);
-    report(s, all);
+    lab_report(s, all, 56);
     snprintf(s, sizeof s, "%s, %d lines, stagger %d: last block", name, grid * per, stagger);
-    report(s, last);
+    lab_report(s, last, 56);
     if (!cseen.empty()) {
         snprintf(s, sizeof s, "%s, %d lines, stagger %d: counter seen", name, grid * per, stagger);
-        report(s, cseen);
+        lab_report(s, cseen, 56);
     }
     CK(cudaFree(ts));
     CK(cudaFree(tin));
@@ -316,7 +285,9 @@ int main(void)
     CK(cudaMalloc(&lines, std::max(lbytes, (size_t)1 << 20)));
     CK(cudaMalloc(&t0, 8));
     CK(cudaMalloc(&rt, (size_t)grid * 8));
-    printf("hop_lab: %d SMs, %d threads a block, ns (p10 / p50 / p90 / p99 / mean, count; the timer ticks 32 or 256 ns)\n", grid, NT);
+    printf("hop_lab: %d SMs, %d threads a block, ns (p10 / p50 / p90 / p99 / mean, count; the "
+           "timer ticks 32 or 256 ns)\n",
+           grid, NT);
     printf("%-56s %8s %8s %8s %8s %8s\n", "test", "p10", "p50", "p90", "p99", "mean");
     oneway<0, 0>("oneway st.relaxed.gpu / ld.relaxed.gpu", grid, lines, t0);
     oneway<1, 1>("oneway st.volatile / ld.volatile", grid, lines, t0);
@@ -330,7 +301,7 @@ int main(void)
         CK(cudaMemcpy(h.data(), rt, (size_t)grid * 8, cudaMemcpyDeviceToHost));
         std::vector<double> v;
         for (int k = 1; k < grid; k++) v.push_back((double)h[k] / 2.0);
-        report("pingpong block 0 <-> k, half a round trip", v);
+        lab_report("pingpong block 0 <-> k, half a round trip", v, 56);
     }
     for (int per : {16, 28, 8})
         for (int stagger : {0, 50, 100}) {
