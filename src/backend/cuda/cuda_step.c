@@ -325,15 +325,18 @@ static void write_stamps(struct tern_cuda *c, struct tern_step_plan *p, const ch
         for (size_t i = 0; i < n; i += TK_STEP_STAMPS)
             if (h[i] && h[i] < t0) t0 = h[i];
         fprintf(fp, "op,kind,block,start,x_ready,gemv_done,epilogue_done,att_q,att_kv,"
-                    "att_passes,att_parts,att_out,att_qk,att_softmax,sm\n");
+                    "att_passes,att_parts,att_out,att_qk,att_softmax,sm,"
+                    "cyc_wait,cyc_wait1,cyc_issue,cyc_loop\n");
         for (int op = 0; op < p->n_ops; op++)
             for (int b = 0; b < p->grid; b++) {
                 const unsigned long long *e =
                     h + ((size_t)op * (size_t)p->grid + (size_t)b) * TK_STEP_STAMPS;
                 fprintf(fp, "%d,%d,%d", op, op == p->n_ops - 1 ? 4 : op % 4, b);
-                for (int k = 0; k < TK_STEP_STAMPS - 1; k++) /* 0: not stamped (no item) */
+                for (int k = 0; k < 11; k++) /* 0: not stamped (no item) */
                     fprintf(fp, ",%lld", e[k] ? (long long)(e[k] - t0) : -1ll);
-                fprintf(fp, ",%lld", op == 0 ? (long long)e[TK_STEP_STAMPS - 1] : -1ll); /* SM */
+                fprintf(fp, ",%lld", op == 0 ? (long long)e[11] : -1ll); /* SM */
+                for (int k = 12; k < TK_STEP_STAMPS; k++) /* SM cycles, summed over warps */
+                    fprintf(fp, ",%llu", e[k]);
                 fprintf(fp, "\n");
             }
     }

@@ -53,7 +53,8 @@
 #define ST_REC        (TK_STEP_REC_BYTES / 16) /* uint4 per record */
 #define ST_LT         TK_STEP_LT
 #define ST_SPL        64 /* K/V rows per attention pass */
-#define ST_STAMP_SM   11 /* op 0's last stamp: the block's SM id (not a time) */
+#define ST_STAMP_SM   11 /* op 0's stamp 11: the block's SM id (not a time) */
+#define ST_STAMP_DIAG 12 /* stamps 12-15: the GEMV loop's cycles (cuda_step.h) */
 #define ST_RING_BYTES (ST_NW * ST_S * ST_C * ST_REC * 16)
 #define ST_X_BYTES    (TK_STEP_MAX_K * 2)
 #define ST_ATT_PER                                                                                 \
@@ -489,8 +490,9 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
     __shared__ uint32_t flag_s;
     __shared__ st_consts P;
     __shared__ __align__(16) float2 xsum[TK_STEP_MAX_K / 64]; /* x's group sums (st_group1) */
-    __shared__ float xscale;  /* the op's x went in as x / xscale (1 unless beyond f16) */
-    __shared__ unsigned xmax; /* the op's largest |x| (as bits) when one is beyond f16 */
+    __shared__ float xscale;      /* the op's x went in as x / xscale (1 unless beyond f16) */
+    __shared__ unsigned xmax;     /* the op's largest |x| (as bits) when one is beyond f16 */
+    __shared__ unsigned gdiag[4]; /* INSTR: the GEMV loop's cycles, summed over the warps */
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int tune = INSTR ? a.tune : 0; /* timing-only switches: the instrumented kernel's */
     uint4 *ring = (uint4 *)smem + (size_t)warp * ST_S * ST_C * ST_REC;
@@ -552,6 +554,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         if (INSTR && a.pf && (a.pf_ops >> o.kind & 1) && lane == 0)
             st_l2_ahead(c, nsrc, nn, a, n_ops, warp);
         if (threadIdx.x == 0) xscale = 1.0f; /* ordered before st_finish by the barriers below */
+        if (INSTR && threadIdx.x < 4) gdiag[threadIdx.x] = 0u;
         /* x as f16 (times xmul), into xs and xsum; the largest magnitude */
         auto write_x = [&](float xmul) -> float {
             if (o.kind == ST_O)
@@ -600,19 +603,30 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         st_start(k, o, op, warp); /* o: no reload from global at x ready */
         int li = 0;
         float acc[2] = {0.0f, 0.0f};
+        /* INSTR: cycles in ring waits, the first one, refill issues, the loop */
+        uint32_t dg_w = 0, dg_w1 = 0, dg_i = 0, dg_l = INSTR ? (uint32_t)clock() : 0u;
         for (;;) {
             int G;
             int tile = k.tile;
             int ng = st_next(k, G);
             if (ng == 0) break;
             uint32_t stg = used % ST_S;
+            const uint32_t tw = INSTR ? (uint32_t)clock() : 0u;
             if (!(tune & 128)) st_wait(bar0 + 8 * stg, (used / ST_S) & 1u);
+            if (INSTR) {
+                const uint32_t d = (uint32_t)clock() - tw;
+                dg_w1 = dg_w == 0u && dg_w1 == 0u ? d + 1u : dg_w1, dg_w += d;
+            }
             const uint4 *sp = ring + stg * ST_C * ST_REC;
             const bool refill = nn != 0;
             if (tune & 16) { /* experiment: no arithmetic */
                 used++;
                 __syncwarp();
-                if (refill && lane == 0) st_issue(nsrc, nn, ring0, bar0, issued, pol);
+                if (refill && lane == 0) { /* INSTR: its cycles counted */
+                    const uint32_t ti = INSTR ? (uint32_t)clock() : 0u;
+                    st_issue(nsrc, nn, ring0, bar0, issued, pol);
+                    if (INSTR) dg_i += (uint32_t)clock() - ti;
+                }
             } else if (ng == ST_C) {
                 /* a full chunk: its records into registers, the stage refilled at
                  * once, then the records' chains interleave */
@@ -625,7 +639,11 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
                 }
                 used++;
                 __syncwarp();
-                if (refill && lane == 0) st_issue(nsrc, nn, ring0, bar0, issued, pol);
+                if (refill && lane == 0) { /* INSTR: its cycles counted */
+                    const uint32_t ti = INSTR ? (uint32_t)clock() : 0u;
+                    st_issue(nsrc, nn, ring0, bar0, issued, pol);
+                    if (INSTR) dg_i += (uint32_t)clock() - ti;
+                }
 #pragma unroll
                 for (int jj = 0; jj < ST_C; jj++) {
                     const uint4 *xp = (const uint4 *)(xs + 64 * (G + jj) + 16 * t);
@@ -640,7 +658,11 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
                 }
                 used++;
                 __syncwarp();
-                if (refill && lane == 0) st_issue(nsrc, nn, ring0, bar0, issued, pol);
+                if (refill && lane == 0) { /* INSTR: its cycles counted */
+                    const uint32_t ti = INSTR ? (uint32_t)clock() : 0u;
+                    st_issue(nsrc, nn, ring0, bar0, issued, pol);
+                    if (INSTR) dg_i += (uint32_t)clock() - ti;
+                }
             }
             if (refill) /* the chunk after: its address work behind the arithmetic */
                 issued++, nn = st_advance(c, a.ops, n_ops, warp, nsrc);
@@ -651,8 +673,15 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
                 li++;
             }
         }
+        if (INSTR && a.stamps && lane == 0) {
+            atomicAdd(&gdiag[0], dg_w), atomicAdd(&gdiag[1], dg_w1 ? dg_w1 - 1u : 0u);
+            atomicAdd(&gdiag[2], dg_i), atomicAdd(&gdiag[3], (uint32_t)clock() - dg_l);
+        }
         __syncthreads(); /* every slice's part is in */
         st_stamp<INSTR>(a, op, 2);
+        if (INSTR && a.stamps && threadIdx.x < 4)
+            a.stamps[((size_t)op * gridDim.x + blockIdx.x) * TK_STEP_STAMPS + ST_STAMP_DIAG +
+                     threadIdx.x] = gdiag[threadIdx.x];
         int per = ST_NW >> o.lks;
         for (int idx = warp;; idx += ST_NW) {                  /* the block's tiles, a warp each */
             int gi = idx & (per - 1), l2 = idx >> (4 - o.lks); /* per = 16 >> lks */

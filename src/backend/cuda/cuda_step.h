@@ -21,7 +21,7 @@ extern "C" {
 #define TK_STEP_MAX_HD     128
 #define TK_STEP_NW         16  /* warps per block, one block per SM */
 #define TK_STEP_LT         32  /* tiles a group of warps takes in one op, at most */
-#define TK_STEP_STAMPS     12  /* stamps per op and block (TERN_CUDA_STEP_STAMPS) */
+#define TK_STEP_STAMPS     16  /* stamps per op and block (TERN_CUDA_STEP_STAMPS) */
 #define TK_STEP_REC_BYTES  576 /* a record: one (16-row tile, 64-k group), cuda_step_repack.cu */
 #define TK_STEP_CHUNK      4   /* records a warp's ring copies at a time */
 
@@ -56,7 +56,10 @@ typedef struct tk_step_args {
     unsigned long long *epoch; /* blocks launched so far: the flag is epoch / grid + 1 */
     /* NULL, or [n_ops][grid][TK_STEP_STAMPS] globaltimer stamps of each
      * block: the op's start, its x ready, its GEMV done, its epilogue done,
-     * then its attention item's steps (TERN_CUDA_STEP_STAMPS) */
+     * then its attention item's steps, op 0's block SM, and the GEMV
+     * loop's SM cycles summed over the block's warps: in ring waits, in the
+     * first ring wait, in lane 0's refill issues, in the loop
+     * (TERN_CUDA_STEP_STAMPS) */
     unsigned long long *stamps;
     int depth; /* ring chunks in flight per warp, 1 .. 4 (TERN_CUDA_STEP_DEPTH) */
     /* chunks per warp beyond its ring prefetched into L2 when an op of a
