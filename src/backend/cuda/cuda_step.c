@@ -326,7 +326,7 @@ static void write_stamps(struct tern_cuda *c, struct tern_step_plan *p, const ch
             if (h[i] && h[i] < t0) t0 = h[i];
         fprintf(fp, "op,kind,block,start,x_ready,gemv_done,epilogue_done,att_q,att_kv,"
                     "att_passes,att_parts,att_out,att_qk,att_softmax,sm,"
-                    "cyc_wait,cyc_wait1,cyc_issue,cyc_loop\n");
+                    "cyc_wait,cyc_iter1,cyc_issue,cyc_loop\n");
         for (int op = 0; op < p->n_ops; op++)
             for (int b = 0; b < p->grid; b++) {
                 const unsigned long long *e =

@@ -603,7 +603,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         st_start(k, o, op, warp); /* o: no reload from global at x ready */
         int li = 0;
         float acc[2] = {0.0f, 0.0f};
-        /* INSTR: cycles in ring waits, the first one, refill issues, the loop */
+        /* INSTR: cycles in ring waits, the first iteration, refill issues, the loop */
         uint32_t dg_w = 0, dg_w1 = 0, dg_i = 0, dg_l = INSTR ? (uint32_t)clock() : 0u;
         for (;;) {
             int G;
@@ -613,10 +613,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
             uint32_t stg = used % ST_S;
             const uint32_t tw = INSTR ? (uint32_t)clock() : 0u;
             if (!(tune & 128)) st_wait(bar0 + 8 * stg, (used / ST_S) & 1u);
-            if (INSTR) {
-                const uint32_t d = (uint32_t)clock() - tw;
-                dg_w1 = dg_w == 0u && dg_w1 == 0u ? d + 1u : dg_w1, dg_w += d;
-            }
+            if (INSTR) dg_w += (uint32_t)clock() - tw;
             const uint4 *sp = ring + stg * ST_C * ST_REC;
             const bool refill = nn != 0;
             if (tune & 16) { /* experiment: no arithmetic */
@@ -672,6 +669,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
                 acc[0] = acc[1] = 0.0f;
                 li++;
             }
+            if (INSTR && dg_w1 == 0u) dg_w1 = (uint32_t)clock() - dg_l + 1u;
         }
         if (INSTR && a.stamps && lane == 0) {
             atomicAdd(&gdiag[0], dg_w), atomicAdd(&gdiag[1], dg_w1 ? dg_w1 - 1u : 0u);

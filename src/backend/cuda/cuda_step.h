@@ -58,7 +58,7 @@ typedef struct tk_step_args {
      * block: the op's start, its x ready, its GEMV done, its epilogue done,
      * then its attention item's steps, op 0's block SM, and the GEMV
      * loop's SM cycles summed over the block's warps: in ring waits, in the
-     * first ring wait, in lane 0's refill issues, in the loop
+     * loop's first iteration, in lane 0's refill issues, in the loop
      * (TERN_CUDA_STEP_STAMPS) */
     unsigned long long *stamps;
     int depth; /* ring chunks in flight per warp, 1 .. 4 (TERN_CUDA_STEP_DEPTH) */
