@@ -208,6 +208,9 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
         ops[i].nG = (int)nG;
         ops[i].tiles = (int)tiles;
         ops[i].lks = lks;
+        p->args.rec[i] = p->rec[i];
+        p->args.k_tiles[kind] = (int)tiles, p->args.k_nG[kind] = (int)nG;
+        p->args.k_lks[kind] = lks;
     }
     /* LL lines per layer: qkv, attn (BF16, 4 per line), res after o, act
      * (BF16), res after down (F32, 2 per line), the splits' partials */

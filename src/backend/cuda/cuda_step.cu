@@ -134,15 +134,25 @@ static __device__ __forceinline__ size_t st_stride(void)
     return (size_t)gridDim.x * ST_NW * ST_C * ST_REC * 16;
 }
 
-static __device__ __forceinline__ void st_start(st_cur &k, const tk_step_op &o, int op, int warp)
+static __device__ __forceinline__ void st_start(st_cur &k, const void *rec, int tiles, int nG,
+                                                int lks, int op, int warp)
 {
-    int per = ST_NW >> o.lks;
-    k.op = op, k.c = 0, k.tiles = o.tiles;
-    k.src = (const char *)o.rec + (size_t)(blockIdx.x * ST_NW + warp) * ST_C * ST_REC * 16;
-    k.tile = (warp >> o.lks) * gridDim.x + blockIdx.x;
+    int per = ST_NW >> lks;
+    k.op = op, k.c = 0, k.tiles = tiles;
+    k.src = (const char *)rec + (size_t)(blockIdx.x * ST_NW + warp) * ST_C * ST_REC * 16;
+    k.tile = (warp >> lks) * gridDim.x + blockIdx.x;
     k.tstride = gridDim.x * per;
-    k.len = o.nG >> o.lks;
-    k.G0 = (warp & ((1 << o.lks) - 1)) * k.len;
+    k.len = nG >> lks;
+    k.G0 = (warp & ((1 << lks) - 1)) * k.len;
+}
+
+/* The cursor at op `op`'s start, its constants from the kernel's
+ * parameters (no global load: cuda_step.h). */
+static __device__ __forceinline__ void st_start_op(st_cur &k, const tk_step_args &a, int op,
+                                                   int n_ops, int warp)
+{
+    const int kind = op == n_ops - 1 ? ST_LM : op & 3;
+    st_start(k, a.rec[op], a.k_tiles[kind], a.k_nG[kind], a.k_lks[kind], op, warp);
 }
 
 /* The chunk at k (n records, first group G), 0 when the warp's share of the
@@ -160,7 +170,7 @@ static __device__ __forceinline__ int st_next(st_cur &k, int &G)
 /* The warp's next chunk across ops (n records at src), 0 after the last
  * op; c steps past it. Every lane runs it (no divergent section in the
  * GEMV loop), after the chunk's arithmetic is issued. */
-static __device__ __forceinline__ int st_advance(st_cur &c, const tk_step_op *ops, int n_ops,
+static __device__ __forceinline__ int st_advance(st_cur &c, const tk_step_args &a, int n_ops,
                                                  int warp, const char *&src)
 {
     while (c.op < n_ops) {
@@ -168,7 +178,7 @@ static __device__ __forceinline__ int st_advance(st_cur &c, const tk_step_op *op
         int n = st_next(c, G);
         if (n == 0) {
             if (c.op + 1 < n_ops)
-                st_start(c, ops[c.op + 1], c.op + 1, warp);
+                st_start_op(c, a, c.op + 1, n_ops, warp);
             else
                 c.op++;
             continue;
@@ -198,7 +208,7 @@ static __device__ __forceinline__ void st_l2_ahead(st_cur c, const char *src, in
         asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src),
                      "r"((uint32_t)n * ST_REC * 16)
                      : "memory");
-        n = st_advance(c, a.ops, n_ops, warp, src);
+        n = st_advance(c, a, n_ops, warp, src);
     }
 }
 
@@ -507,14 +517,14 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
     __syncwarp();
     const int n_ops = 4 * a.n_layers + 1;
     st_cur c;
-    st_start(c, a.ops[0], 0, warp);
+    st_start_op(c, a, 0, n_ops, warp);
     uint32_t issued = 0, used = 0;
     const char *nsrc = NULL; /* the next chunk to issue: nn records at nsrc */
-    int nn = tune & 128 ? 0 : st_advance(c, a.ops, n_ops, warp, nsrc);
+    int nn = tune & 128 ? 0 : st_advance(c, a, n_ops, warp, nsrc);
     for (int i = 0; i < a.depth && nn; i++) {
         if (lane == 0) st_issue(nsrc, nn, ring0, bar0, issued, pol);
         issued++;
-        nn = st_advance(c, a.ops, n_ops, warp, nsrc);
+        nn = st_advance(c, a, n_ops, warp, nsrc);
     }
     if (threadIdx.x < a.rot / 2)
         tk_rope_cs((float)__ldg(a.pos), a.inv_freq[threadIdx.x], a.mscale, P.cos[threadIdx.x],
@@ -600,7 +610,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         st_stamp<INSTR>(a, op, 1);
         int grp = warp >> o.lks, j = warp & ((1 << o.lks) - 1);
         st_cur k;
-        st_start(k, o, op, warp); /* o: no reload from global at x ready */
+        st_start(k, o.rec, o.tiles, o.nG, o.lks, op, warp); /* o: no reload at x ready */
         int li = 0;
         float acc[2] = {0.0f, 0.0f};
         /* INSTR: cycles in ring waits, the first iteration, refill issues, the loop */
@@ -662,7 +672,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
                 }
             }
             if (refill) /* the chunk after: its address work behind the arithmetic */
-                issued++, nn = st_advance(c, a.ops, n_ops, warp, nsrc);
+                issued++, nn = st_advance(c, a, n_ops, warp, nsrc);
             if (k.tile != tile) { /* the warp's slice of this tile is done */
                 float *pt = parts + ((grp * ST_LT + li) << o.lks) * 16;
                 if (t == 0) pt[j * 16 + g] = acc[0], pt[j * 16 + 8 + g] = acc[1];

@@ -74,6 +74,12 @@ typedef struct tk_step_args {
                * every op, 4096 every attention item run twice (the stamps
                * the second's: its code warm, its data in place) */
     void *kc[TK_STEP_MAX_LAYERS], *vc[TK_STEP_MAX_LAYERS];
+    /* ops[i].rec, and each kind's tiles, nG and lks (the same in every
+     * layer), as kernel parameters: the ring's cursor reads them when it
+     * crosses into the next op, in the GEMV loop, where a global load of
+     * ops[i] cost ~450 cycles of stall (ncu, session 17) */
+    const void *rec[4 * TK_STEP_MAX_LAYERS + 1];
+    int k_tiles[5], k_nG[5], k_lks[5];
 } tk_step_args;
 
 /* 16-row tiles of a weight of `rows` rows (glu_f > 0: the gate_up layout,
