@@ -191,7 +191,7 @@ static __device__ __forceinline__ int st_advance(st_cur &c, const tk_step_args &
 }
 
 /* Lane 0: n records at src into stage `issued % ST_S` (the address work
- * was done ahead by st_advance). */
+ * was done ahead by st_advance; the plain kernel passes the stage itself). */
 static __device__ __forceinline__ void st_issue(const char *src, int n, uint32_t ring0,
                                                 uint32_t bar0, uint32_t issued, uint64_t pol)
 {
@@ -521,7 +521,10 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
     uint32_t issued = 0, used = 0;
     const char *nsrc = NULL; /* the next chunk to issue: nn records at nsrc */
     int nn = tune & 128 ? 0 : st_advance(c, a, n_ops, warp, nsrc);
-    for (int i = 0; i < a.depth && nn; i++) {
+    /* the plain kernel's ring is always full (depth ST_S): a refill goes to
+     * the stage just consumed, whose addresses the loop has at hand */
+    const int depth = INSTR ? a.depth : ST_S;
+    for (int i = 0; i < depth && nn; i++) {
         if (lane == 0) st_issue(nsrc, nn, ring0, bar0, issued, pol);
         issued++;
         nn = st_advance(c, a, n_ops, warp, nsrc);
@@ -631,7 +634,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
                 __syncwarp();
                 if (refill && lane == 0) { /* INSTR: its cycles counted */
                     const uint32_t ti = INSTR ? (uint32_t)clock() : 0u;
-                    st_issue(nsrc, nn, ring0, bar0, issued, pol);
+                    st_issue(nsrc, nn, ring0, bar0, INSTR ? issued : stg, pol);
                     if (INSTR) dg_i += (uint32_t)clock() - ti;
                 }
             } else if (ng == ST_C) {
@@ -648,7 +651,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
                 __syncwarp();
                 if (refill && lane == 0) { /* INSTR: its cycles counted */
                     const uint32_t ti = INSTR ? (uint32_t)clock() : 0u;
-                    st_issue(nsrc, nn, ring0, bar0, issued, pol);
+                    st_issue(nsrc, nn, ring0, bar0, INSTR ? issued : stg, pol);
                     if (INSTR) dg_i += (uint32_t)clock() - ti;
                 }
 #pragma unroll
@@ -667,7 +670,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
                 __syncwarp();
                 if (refill && lane == 0) { /* INSTR: its cycles counted */
                     const uint32_t ti = INSTR ? (uint32_t)clock() : 0u;
-                    st_issue(nsrc, nn, ring0, bar0, issued, pol);
+                    st_issue(nsrc, nn, ring0, bar0, INSTR ? issued : stg, pol);
                     if (INSTR) dg_i += (uint32_t)clock() - ti;
                 }
             }
@@ -723,7 +726,7 @@ extern "C" cudaError_t tk_step_launch(cudaStream_t st, const tk_step_args *a, in
         attr_done = dev;
     }
     void *args[] = {(void *)a};
-    const bool instr = a->stamps || a->tune || a->pf;
+    const bool instr = a->stamps || a->tune || a->pf || a->depth != 4;
     const void *fn = instr ? (const void *)k_step<true> : (const void *)k_step<false>;
     return cudaLaunchCooperativeKernel(fn, dim3((unsigned)grid), dim3(ST_NW * 32), args,
                                        tk_step_smem_bytes(), st);
