@@ -199,6 +199,15 @@ static __device__ __forceinline__ void st_issue(const char *src, int n, uint32_t
     st_bulk(ring0 + stg * ST_C * ST_REC * 16, src, (uint32_t)n * ST_REC * 16, bar0 + 8 * stg, pol);
 }
 
+/* The plain kernel's refill of stage stg, by every lane of the warp (one
+ * issues: st_bulk_elect). */
+static __device__ __forceinline__ void st_refill(const char *src, int n, uint32_t ring0,
+                                                 uint32_t bar0, uint32_t stg, uint64_t pol)
+{
+    st_bulk_elect(ring0 + stg * ST_C * ST_REC * 16, src, (uint32_t)n * ST_REC * 16, bar0 + 8 * stg,
+                  pol);
+}
+
 /* Lane 0: the a.pf chunks after the ring's next (n records at src, the
  * cursor c past them) into L2, so the stream goes on while x is awaited. */
 static __device__ __forceinline__ void st_l2_ahead(st_cur c, const char *src, int n,
@@ -632,10 +641,11 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
             if (tune & 16) { /* experiment: no arithmetic */
                 used++;
                 __syncwarp();
-                if (refill && lane == 0) { /* INSTR: its cycles counted */
-                    const uint32_t ti = INSTR ? (uint32_t)clock() : 0u;
-                    st_issue(nsrc, nn, ring0, bar0, INSTR ? issued : stg, pol);
-                    if (INSTR) dg_i += (uint32_t)clock() - ti;
+                if (!INSTR && refill) st_refill(nsrc, nn, ring0, bar0, stg, pol);
+                if (INSTR && refill && lane == 0) { /* its cycles counted */
+                    const uint32_t ti = (uint32_t)clock();
+                    st_issue(nsrc, nn, ring0, bar0, issued, pol);
+                    dg_i += (uint32_t)clock() - ti;
                 }
             } else if (ng == ST_C) {
                 /* a full chunk: its records into registers, the stage refilled at
@@ -649,10 +659,11 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
                 }
                 used++;
                 __syncwarp();
-                if (refill && lane == 0) { /* INSTR: its cycles counted */
-                    const uint32_t ti = INSTR ? (uint32_t)clock() : 0u;
-                    st_issue(nsrc, nn, ring0, bar0, INSTR ? issued : stg, pol);
-                    if (INSTR) dg_i += (uint32_t)clock() - ti;
+                if (!INSTR && refill) st_refill(nsrc, nn, ring0, bar0, stg, pol);
+                if (INSTR && refill && lane == 0) { /* its cycles counted */
+                    const uint32_t ti = (uint32_t)clock();
+                    st_issue(nsrc, nn, ring0, bar0, issued, pol);
+                    dg_i += (uint32_t)clock() - ti;
                 }
 #pragma unroll
                 for (int jj = 0; jj < ST_C; jj++) {
@@ -668,10 +679,11 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
                 }
                 used++;
                 __syncwarp();
-                if (refill && lane == 0) { /* INSTR: its cycles counted */
-                    const uint32_t ti = INSTR ? (uint32_t)clock() : 0u;
-                    st_issue(nsrc, nn, ring0, bar0, INSTR ? issued : stg, pol);
-                    if (INSTR) dg_i += (uint32_t)clock() - ti;
+                if (!INSTR && refill) st_refill(nsrc, nn, ring0, bar0, stg, pol);
+                if (INSTR && refill && lane == 0) { /* its cycles counted */
+                    const uint32_t ti = (uint32_t)clock();
+                    st_issue(nsrc, nn, ring0, bar0, issued, pol);
+                    dg_i += (uint32_t)clock() - ti;
                 }
             }
             if (refill) /* the chunk after: its address work behind the arithmetic */

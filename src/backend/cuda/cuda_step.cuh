@@ -35,6 +35,19 @@ static __device__ __forceinline__ void st_bulk(uint32_t dst, const void *src, ui
                  : "memory");
 }
 
+/* st_bulk by one lane of a converged warp, chosen by elect.sync inside the
+ * asm: every lane calls it (no divergent branch around it). */
+static __device__ __forceinline__ void st_bulk_elect(uint32_t dst, const void *src, uint32_t bytes,
+                                                     uint32_t bar, uint64_t pol)
+{
+    asm volatile("{ .reg .pred p; elect.sync _|p, 0xffffffff;\n"
+                 "@p mbarrier.arrive.expect_tx.shared::cta.b64 _, [%3], %2;\n"
+                 "@p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::"
+                 "cache_hint [%0], [%1], %2, [%3], %4; }" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar), "l"(pol)
+                 : "memory");
+}
+
 static __device__ __forceinline__ void st_wait(uint32_t bar, uint32_t parity)
 {
     uint32_t ok;
