@@ -625,6 +625,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         st_start(k, o.rec, o.tiles, o.nG, o.lks, op, warp); /* o: no reload at x ready */
         int li = 0;
         float acc[2] = {0.0f, 0.0f};
+        bool ready = false; /* the next chunk's stage known to be full */
         /* INSTR: cycles in ring waits, the first iteration, refill issues, the loop */
         uint32_t dg_w = 0, dg_w1 = 0, dg_i = 0, dg_l = INSTR ? (uint32_t)clock() : 0u;
         for (;;) {
@@ -634,7 +635,8 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
             if (ng == 0) break;
             uint32_t stg = used % ST_S;
             const uint32_t tw = INSTR ? (uint32_t)clock() : 0u;
-            if (!(tune & 128)) st_wait(bar0 + 8 * stg, (used / ST_S) & 1u);
+            if (!(tune & 128) && !ready) st_wait(bar0 + 8 * stg, (used / ST_S) & 1u);
+            ready = false;
             if (INSTR) dg_w += (uint32_t)clock() - tw;
             const uint4 *sp = ring + stg * ST_C * ST_REC;
             const bool refill = nn != 0;
@@ -658,6 +660,9 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
                     sb[jj] = ((const uint2 *)(sp + jj * ST_REC + 32))[g];
                 }
                 used++;
+                /* the next chunk's stage tested now, its answer used after
+                 * this chunk's arithmetic (the wait's latency hidden) */
+                ready = st_test(bar0 + 8 * (used % ST_S), (used / ST_S) & 1u);
                 __syncwarp();
                 if (!INSTR && refill) st_refill(nsrc, nn, ring0, bar0, stg, pol);
                 if (INSTR && refill && lane == 0) { /* its cycles counted */

@@ -60,6 +60,19 @@ static __device__ __forceinline__ void st_wait(uint32_t bar, uint32_t parity)
     } while (!ok);
 }
 
+/* Whether the phase of parity `parity` of mbarrier bar has completed, without
+ * waiting (acquire: true means the copies' bytes are visible). */
+static __device__ __forceinline__ bool st_test(uint32_t bar, uint32_t parity)
+{
+    uint32_t ok;
+    asm volatile("{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2; "
+                 "selp.u32 %0, 1, 0, p; }"
+                 : "=r"(ok)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+    return ok != 0u;
+}
+
 /* Word v (one k-step) of a record as the 4 A registers of its MMA: each
  * nibble q as bf16 (128 + q) (magic: 0x43004300). */
 static __device__ __forceinline__ void st_unpack(uint32_t v, uint32_t magic, uint32_t *a)
