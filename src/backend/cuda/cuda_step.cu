@@ -633,6 +633,9 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
             int tile = k.tile;
             int ng = st_next(k, G);
             if (ng == 0) break;
+            /* the chunk's x, addressed before its records are read (the
+             * records' address register is not reused right after them) */
+            const uint4 *xg = (const uint4 *)(xs + 64 * G + 16 * t);
             uint32_t stg = used % ST_S;
             const uint32_t tw = INSTR ? (uint32_t)clock() : 0u;
             if (!(tune & 128) && !ready) st_wait(bar0 + 8 * stg, (used / ST_S) & 1u);
@@ -671,10 +674,8 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
                     dg_i += (uint32_t)clock() - ti;
                 }
 #pragma unroll
-                for (int jj = 0; jj < ST_C; jj++) {
-                    const uint4 *xp = (const uint4 *)(xs + 64 * (G + jj) + 16 * t);
-                    st_group1(w[jj], xp[0], xp[1], sb[jj], xsum[G + jj], magic, acc);
-                }
+                for (int jj = 0; jj < ST_C; jj++)
+                    st_group1(w[jj], xg[8 * jj], xg[8 * jj + 1], sb[jj], xsum[G + jj], magic, acc);
             } else {
                 for (int jj = 0; jj < ng; jj++) {
                     const uint4 *xp = (const uint4 *)(xs + 64 * (G + jj) + 16 * t);
