@@ -335,10 +335,10 @@ static void write_stamps(struct tern_cuda *c, struct tern_step_plan *p, const ch
                 const unsigned long long *e =
                     h + ((size_t)op * (size_t)p->grid + (size_t)b) * TK_STEP_STAMPS;
                 fprintf(fp, "%d,%d,%d", op, op == p->n_ops - 1 ? 4 : op % 4, b);
-                for (int k = 0; k < 11; k++) /* 0: not stamped (no item) */
+                for (int k = 0; k < TK_STEP_STAMP_SM; k++) /* 0: not stamped (no item) */
                     fprintf(fp, ",%lld", e[k] ? (long long)(e[k] - t0) : -1ll);
-                fprintf(fp, ",%lld", op == 0 ? (long long)e[11] : -1ll); /* SM */
-                for (int k = 12; k < TK_STEP_STAMPS; k++) /* SM cycles, summed over warps */
+                fprintf(fp, ",%lld", op == 0 ? (long long)e[TK_STEP_STAMP_SM] : -1ll);
+                for (int k = TK_STEP_STAMP_DIAG; k < TK_STEP_STAMPS; k++) /* SM cycles, summed */
                     fprintf(fp, ",%llu", e[k]);
                 fprintf(fp, "\n");
             }

@@ -53,8 +53,6 @@
 #define ST_REC        (TK_STEP_REC_BYTES / 16) /* uint4 per record */
 #define ST_LT         TK_STEP_LT
 #define ST_SPL        64 /* K/V rows per attention pass */
-#define ST_STAMP_SM   11 /* op 0's stamp 11: the block's SM id (not a time) */
-#define ST_STAMP_DIAG 12 /* stamps 12-15: the GEMV loop's cycles (cuda_step.h) */
 #define ST_RING_BYTES (ST_NW * ST_S * ST_C * ST_REC * 16)
 #define ST_X_BYTES    (TK_STEP_MAX_K * 2)
 #define ST_ATT_PER                                                                                 \
@@ -199,13 +197,24 @@ static __device__ __forceinline__ void st_issue(const char *src, int n, uint32_t
     st_bulk(ring0 + stg * ST_C * ST_REC * 16, src, (uint32_t)n * ST_REC * 16, bar0 + 8 * stg, pol);
 }
 
-/* The plain kernel's refill of stage stg, by every lane of the warp (one
- * issues: st_bulk_elect). */
+/* The GEMV loop's refill of the stage just consumed (stg), called by every
+ * lane: in the plain kernel (ring depth ST_S, so the next issue's stage is
+ * stg) an elected lane issues it (st_bulk_elect: no branch around it); in
+ * the instrumented one lane 0 issues into `issued % ST_S` (the depth may be
+ * lower) with its cycles added to cyc. */
+template <bool INSTR>
 static __device__ __forceinline__ void st_refill(const char *src, int n, uint32_t ring0,
-                                                 uint32_t bar0, uint32_t stg, uint64_t pol)
+                                                 uint32_t bar0, uint32_t stg, uint32_t issued,
+                                                 uint64_t pol, int lane, uint32_t &cyc)
 {
-    st_bulk_elect(ring0 + stg * ST_C * ST_REC * 16, src, (uint32_t)n * ST_REC * 16, bar0 + 8 * stg,
-                  pol);
+    if (!INSTR) {
+        st_bulk_elect(ring0 + stg * ST_C * ST_REC * 16, src, (uint32_t)n * ST_REC * 16,
+                      bar0 + 8 * stg, pol);
+    } else if (lane == 0) {
+        const uint32_t t0 = (uint32_t)clock();
+        st_issue(src, n, ring0, bar0, issued, pol);
+        cyc += (uint32_t)clock() - t0;
+    }
 }
 
 /* Lane 0: the a.pf chunks after the ring's next (n records at src, the
@@ -225,7 +234,7 @@ static __device__ __forceinline__ void st_l2_ahead(st_cur c, const char *src, in
  * the op's start, x ready, GEMV done, epilogue done; 4-8 its attention
  * item's q ready, first K / V rows in, passes done, partials in (merger)
  * or out, output out; 9-10 its first pass's q . k and softmax done; op
- * 0's 11 the block's SM (ST_STAMP_SM). */
+ * 0's 11 the block's SM (TK_STEP_STAMP_SM). */
 template <bool INSTR>
 static __device__ __forceinline__ void st_stamp(const tk_step_args &a, int op, int k)
 {
@@ -545,7 +554,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
     if (INSTR && a.stamps && threadIdx.x == 0) { /* the block's SM, for the per-block view */
         unsigned sm;
         asm("mov.u32 %0, %%smid;" : "=r"(sm));
-        a.stamps[(size_t)blockIdx.x * TK_STEP_STAMPS + ST_STAMP_SM] = sm;
+        a.stamps[(size_t)blockIdx.x * TK_STEP_STAMPS + TK_STEP_STAMP_SM] = sm;
     }
     if (threadIdx.x == 0) P.ctx = __ldg(a.seq_len), P.pos = __ldg(a.pos), P.slot = __ldg(a.slot);
     if (threadIdx.x == 0) /* launches run in stream order, each adds gridDim.x */
@@ -646,12 +655,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
             if (tune & 16) { /* experiment: no arithmetic */
                 used++;
                 __syncwarp();
-                if (!INSTR && refill) st_refill(nsrc, nn, ring0, bar0, stg, pol);
-                if (INSTR && refill && lane == 0) { /* its cycles counted */
-                    const uint32_t ti = (uint32_t)clock();
-                    st_issue(nsrc, nn, ring0, bar0, issued, pol);
-                    dg_i += (uint32_t)clock() - ti;
-                }
+                if (refill) st_refill<INSTR>(nsrc, nn, ring0, bar0, stg, issued, pol, lane, dg_i);
             } else if (ng == ST_C) {
                 /* a full chunk: its records into registers, the stage refilled at
                  * once, then the records' chains interleave */
@@ -667,12 +671,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
                  * this chunk's arithmetic (the wait's latency hidden) */
                 ready = st_test(bar0 + 8 * (used % ST_S), (used / ST_S) & 1u);
                 __syncwarp();
-                if (!INSTR && refill) st_refill(nsrc, nn, ring0, bar0, stg, pol);
-                if (INSTR && refill && lane == 0) { /* its cycles counted */
-                    const uint32_t ti = (uint32_t)clock();
-                    st_issue(nsrc, nn, ring0, bar0, issued, pol);
-                    dg_i += (uint32_t)clock() - ti;
-                }
+                if (refill) st_refill<INSTR>(nsrc, nn, ring0, bar0, stg, issued, pol, lane, dg_i);
 #pragma unroll
                 for (int jj = 0; jj < ST_C; jj++)
                     st_group1(w[jj], xg[8 * jj], xg[8 * jj + 1], sb[jj], xsum[G + jj], magic, acc);
@@ -685,12 +684,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
                 }
                 used++;
                 __syncwarp();
-                if (!INSTR && refill) st_refill(nsrc, nn, ring0, bar0, stg, pol);
-                if (INSTR && refill && lane == 0) { /* its cycles counted */
-                    const uint32_t ti = (uint32_t)clock();
-                    st_issue(nsrc, nn, ring0, bar0, issued, pol);
-                    dg_i += (uint32_t)clock() - ti;
-                }
+                if (refill) st_refill<INSTR>(nsrc, nn, ring0, bar0, stg, issued, pol, lane, dg_i);
             }
             if (refill) /* the chunk after: its address work behind the arithmetic */
                 issued++, nn = st_advance(c, a, n_ops, warp, nsrc);
@@ -709,7 +703,7 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         __syncthreads(); /* every slice's part is in */
         st_stamp<INSTR>(a, op, 2);
         if (INSTR && a.stamps && threadIdx.x < 4)
-            a.stamps[((size_t)op * gridDim.x + blockIdx.x) * TK_STEP_STAMPS + ST_STAMP_DIAG +
+            a.stamps[((size_t)op * gridDim.x + blockIdx.x) * TK_STEP_STAMPS + TK_STEP_STAMP_DIAG +
                      threadIdx.x] = gdiag[threadIdx.x];
         int per = ST_NW >> o.lks;
         for (int idx = warp;; idx += ST_NW) {                  /* the block's tiles, a warp each */
@@ -744,7 +738,7 @@ extern "C" cudaError_t tk_step_launch(cudaStream_t st, const tk_step_args *a, in
         attr_done = dev;
     }
     void *args[] = {(void *)a};
-    const bool instr = a->stamps || a->tune || a->pf || a->depth != 4;
+    const bool instr = a->stamps || a->tune || a->pf || a->depth != ST_S;
     const void *fn = instr ? (const void *)k_step<true> : (const void *)k_step<false>;
     return cudaLaunchCooperativeKernel(fn, dim3((unsigned)grid), dim3(ST_NW * 32), args,
                                        tk_step_smem_bytes(), st);

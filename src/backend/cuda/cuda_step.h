@@ -22,6 +22,8 @@ extern "C" {
 #define TK_STEP_NW         16  /* warps per block, one block per SM */
 #define TK_STEP_LT         32  /* tiles a group of warps takes in one op, at most */
 #define TK_STEP_STAMPS     16  /* stamps per op and block (TERN_CUDA_STEP_STAMPS) */
+#define TK_STEP_STAMP_SM   11  /* op 0's stamp 11: the block's SM id (not a time) */
+#define TK_STEP_STAMP_DIAG 12  /* stamps 12-15: the GEMV loop's SM cycles (not times) */
 #define TK_STEP_REC_BYTES  576 /* a record: one (16-row tile, 64-k group), cuda_step_repack.cu */
 #define TK_STEP_CHUNK      4   /* records a warp's ring copies at a time */
 
