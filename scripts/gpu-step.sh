@@ -104,7 +104,7 @@ echo "(TUNE=8: no phases, TUNE=16: no arithmetic; both give wrong logits, timing
 [ -f "$OUT/stamps.csv" ] && python3 scripts/step-stamps.py "$OUT/stamps.csv" | tee "$OUT/stamps.txt"
 if [ -f "$OUT/multi.txt" ]; then
   cat "$OUT/multi_tests.txt"
-  grep -hE "^(== |qkv |o  |gate_up  |down  |attention)" "$OUT/multi_stamps.txt" 2>/dev/null
+  grep -hE "^(== |qkv |o  |gate_up  |down  |attention|GEMV done)" "$OUT/multi_stamps.txt" 2>/dev/null
   echo "base = the top of $TERN_GPU_CARRY, then $GPU_STEP_MULTI:" && cat "$OUT/multi.txt"
 fi
 tar cJf /tmp/step.tar.xz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/step.tar.xz "$OUT/"

@@ -72,7 +72,33 @@ def main():
     if att:
         print("attention, us after the last qkv epilogue: " +
               ", ".join("%s %.2f" % (k, statistics.mean(v)) for k, v in att.items()))
+    merger(rows, ops)
+    tails = defaultdict(list)  # the slowest block's GEMV past the median one's
+    for op in ops:
+        g = [int(r["gemv_done"]) / 1e3 for r in rows[op]]
+        tails[KINDS[int(rows[op][0]["kind"])]].append(max(g) - statistics.median(g))
+    print("GEMV done, slowest block after the median (us, mean over layers): " +
+          ", ".join("%s %.2f" % (k, statistics.mean(tails[k])) for k in KINDS if k in tails))
     per_block(rows, ops)
+
+
+def merger(rows, ops):
+    """The blocks that merge the attention splits (output stamped after the
+    partials came in): their passes done, the other splits' partials in,
+    the output out, from the last qkv epilogue (medians over the mergers,
+    mean over layers)."""
+    m = defaultdict(list)
+    for i, op in enumerate(ops):
+        if KINDS[int(rows[op][0]["kind"])] != "o" or i == 0:
+            continue
+        t0 = max(int(r["epilogue_done"]) for r in rows[ops[i - 1]]) / 1e3
+        ms = [r for r in rows[op] if int(r.get("att_out", -1)) > 0 and int(r.get("att_parts", -1)) > 0]
+        for k in ("att_passes", "att_parts", "att_out"):
+            if ms:
+                m[k].append(statistics.median(int(r[k]) / 1e3 - t0 for r in ms))
+    if m:
+        print("attention mergers, us after the last qkv epilogue: passes %.2f, partials in %.2f, "
+              "output out %.2f" % tuple(statistics.mean(m[k]) for k in ("att_passes", "att_parts", "att_out")))
 
 
 def per_block(rows, ops):
