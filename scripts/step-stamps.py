@@ -9,7 +9,9 @@ block, four globaltimer stamps in ns: the op's start (the previous op's
 epilogue done), its x ready (norm / attention / LL wait done), its GEMV
 done, its epilogue done. Prints, per op kind averaged over the layers, the
 median over blocks of each interval, the spread of the x-ready stamps, and
-the step's total.
+the step's total; then the attention's steps (all items, and the blocks
+that merge the splits), how far each op's slowest GEMV ends after the
+median block's, and gate_up's GEMV per block and SM.
 """
 import csv
 import json
