@@ -31,6 +31,7 @@ def main():
             rows[int(r["op"])].append(r)
     ops = sorted(rows)
     acc = defaultdict(lambda: defaultdict(list))
+    tails = defaultdict(list)  # the slowest block's GEMV done past the median block's
     starts = [statistics.median(int(r["start"]) / 1e3 for r in rows[op]) for op in ops]
     starts.append(statistics.median(int(r["epilogue_done"]) / 1e3 for r in rows[ops[-1]]))
     for i, op in enumerate(ops):
@@ -44,6 +45,7 @@ def main():
         a["epilogue"].append(med["epilogue_done"] - med["gemv_done"])
         a["x-ready spread"].append(max(col["x_ready"]) - min(col["x_ready"]))
         a["gemv-done spread"].append(max(col["gemv_done"]) - min(col["gemv_done"]))
+        tails[kind].append(max(col["gemv_done"]) - med["gemv_done"])
         a["op (median start to start)"].append(starts[i + 1] - starts[i])
     total = max(int(r["epilogue_done"]) for r in rows[ops[-1]]) / 1e3
     out = {k: {m: statistics.mean(v) for m, v in a.items()} for k, a in acc.items()}
@@ -59,8 +61,9 @@ def main():
             print("%-8s" % k + "".join("%16.2f" % out[k].get(m, 0.0) for m in metrics))
     print("step: %.1f us (first start to last epilogue)" % total)
     # the attention phase: from the last qkv epilogue, medians over the
-    # blocks that had an item (att_q stamped), mean over layers
-    att = defaultdict(list)
+    # blocks that had an item (att_q stamped), mean over layers; mg: the
+    # blocks that merge the splits (output stamped after the partials came in)
+    att, mg = defaultdict(list), defaultdict(list)
     for i, op in enumerate(ops):
         if KINDS[int(rows[op][0]["kind"])] != "o" or i == 0:
             continue
@@ -71,36 +74,18 @@ def main():
             if v:
                 att[k].append(statistics.median(v))
         att["x_ready"].append(statistics.median(int(r["x_ready"]) / 1e3 for r in rows[op]) - t0)
+        ms = [r for r in items if int(r.get("att_out", -1)) > 0 and int(r.get("att_parts", -1)) > 0]
+        for k in ("att_passes", "att_parts", "att_out") if ms else ():
+            mg[k].append(statistics.median(int(r[k]) / 1e3 - t0 for r in ms))
     if att:
         print("attention, us after the last qkv epilogue: " +
               ", ".join("%s %.2f" % (k, statistics.mean(v)) for k, v in att.items()))
-    merger(rows, ops)
-    tails = defaultdict(list)  # the slowest block's GEMV past the median one's
-    for op in ops:
-        g = [int(r["gemv_done"]) / 1e3 for r in rows[op]]
-        tails[KINDS[int(rows[op][0]["kind"])]].append(max(g) - statistics.median(g))
+    if mg:
+        print("attention mergers, us after the last qkv epilogue: passes %.2f, partials in %.2f, "
+              "output out %.2f" % tuple(statistics.mean(mg[k]) for k in ("att_passes", "att_parts", "att_out")))
     print("GEMV done, slowest block after the median (us, mean over layers): " +
           ", ".join("%s %.2f" % (k, statistics.mean(tails[k])) for k in KINDS if k in tails))
     per_block(rows, ops)
-
-
-def merger(rows, ops):
-    """The blocks that merge the attention splits (output stamped after the
-    partials came in): their passes done, the other splits' partials in,
-    the output out, from the last qkv epilogue (medians over the mergers,
-    mean over layers)."""
-    m = defaultdict(list)
-    for i, op in enumerate(ops):
-        if KINDS[int(rows[op][0]["kind"])] != "o" or i == 0:
-            continue
-        t0 = max(int(r["epilogue_done"]) for r in rows[ops[i - 1]]) / 1e3
-        ms = [r for r in rows[op] if int(r.get("att_out", -1)) > 0 and int(r.get("att_parts", -1)) > 0]
-        for k in ("att_passes", "att_parts", "att_out"):
-            if ms:
-                m[k].append(statistics.median(int(r[k]) / 1e3 - t0 for r in ms))
-    if m:
-        print("attention mergers, us after the last qkv epilogue: passes %.2f, partials in %.2f, "
-              "output out %.2f" % tuple(statistics.mean(m[k]) for k in ("att_passes", "att_parts", "att_out")))
 
 
 def per_block(rows, ops):
