@@ -13,7 +13,8 @@
 # build (the base at the top as "base", then each NAME) is benched in turn,
 # GPU_STEP_REPS rounds, on the one model (GPU_STEP_MULTI_ENVS="A=1+B=2 C=3":
 # each once more under each setting; GPU_STEP_MULTI_STAMPS=1: one more
-# stamped run of each, summarised).
+# stamped run of each, summarised; GPU_STEP_CONC="1 8": each build through the
+# serving loop too, `tern bench --concurrency` at each level, 64 new tokens).
 # Everything comes back as one archive, $OUT/step.tar.xz.
 # Build first (here): TERN_GPU_BUILD=build/lead-gpu TERN_GPU_CARRY=.gpu-carry/step \
 #   TERN_GPU_EXTRA="test_step_cuda" scripts/gpu-decode-prebuild.sh
@@ -75,6 +76,15 @@ if [ -n "${GPU_STEP_MULTI:-}" ]; then
     multi_bench $C "base:$e" "$e"
     for v in $GPU_STEP_MULTI; do multi_bench $C/$v "$v:$e" "$e"; done
   done
+  for v in base $GPU_STEP_MULTI; do # the serving loop, one request at a time (GPU_STEP_CONC="1")
+    d=$C/$v
+    [ $v = base ] && d=$C
+    for cc in ${GPU_STEP_CONC:-}; do
+      cr timeout 120 $d/tern bench --model /tmp/tern-llama8b-q4 --device cuda --concurrency $cc \
+        --max-seqs $cc --prompt-len 512 --gen 64 >"$OUT/conc_${v}_$cc.txt" 2>&1
+      echo "== $v concurrency $cc: $(tail -1 "$OUT/conc_${v}_$cc.txt")" >>"$OUT/conc.txt"
+    done
+  done
   if [ "${GPU_STEP_MULTI_STAMPS:-0}" = 1 ]; then
     for v in base $GPU_STEP_MULTI; do
       d=$C/$v
@@ -107,4 +117,5 @@ if [ -f "$OUT/multi.txt" ]; then
   grep -hE "^(== |qkv |o  |gate_up  |down  |attention|GEMV done)" "$OUT/multi_stamps.txt" 2>/dev/null
   echo "base = the top of $TERN_GPU_CARRY, then $GPU_STEP_MULTI:" && cat "$OUT/multi.txt"
 fi
+[ -f "$OUT/conc.txt" ] && head -3 "$OUT/conc_base_${GPU_STEP_CONC%% *}.txt" | tail -2 && cat "$OUT/conc.txt"
 tar cJf /tmp/step.tar.xz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/step.tar.xz "$OUT/"

@@ -367,13 +367,18 @@ struct tern_backend_ops {
      * embedding on entry (and is scratch); the layers (attention over the
      * paged cache as `attention` sees it, the new token's k and v stored at
      * its slot), the final norm and the head give logits [1, vocab] F32.
+     * ids (I32, NULL: none) gets the logits' argmax in element 0, the
+     * `argmax` op's answer for that row, and ids_at (I32 [n], NULL: none)
+     * gets it in element pos + 1 (the position the token takes) too, so a
+     * decode loop can feed it back and read a run of tokens at once.
      * Not bitwise the op-by-op path (other reduction orders): callers keep
      * it out of deterministic mode. */
     enum tern_status (*step_prepare)(struct tern_backend *be, const struct tern_step_desc *d,
                                      struct tern_step_plan **out);
     enum tern_status (*step_run)(struct tern_backend *be, struct tern_step_plan *plan,
                                  struct tern_dtensor *residual, const struct tern_batch_dev *batch,
-                                 struct tern_kv_layer *kv, struct tern_dtensor *logits);
+                                 struct tern_kv_layer *kv, struct tern_dtensor *logits,
+                                 struct tern_dtensor *ids, struct tern_dtensor *ids_at);
     void (*step_free)(struct tern_backend *be, struct tern_step_plan *plan); /* NULL: no-op */
 
     /* ---- optional: capture and replay (NULL where unsupported, e.g. CPU) ----

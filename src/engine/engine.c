@@ -277,28 +277,35 @@ enum tern_status tern_generate_greedy(struct tern_engine *e, const int32_t *ids,
         bool last = s + c == n_ids;
         st = solo_step(e, &so.seq, ids + s, s, c, last ? 1 : 0);
     }
-    /* Decode keeps the ids on the device: step i's argmax lands in row
-     * i % ring of ids_out and is the next step's input, and the host reads
-     * the ring back every `ring` tokens (or at the end) to look for EOS, so
-     * no step waits for the host. Tokens past an EOS are discarded. */
+    /* Decode keeps the ids on the device: step i's token, the argmax of its
+     * logits, lands in ids_at at the position it takes, and is the next
+     * step's input. The backend's step op (f->argmax_fused) writes both
+     * itself, the input straight into the batch's token ids; otherwise the
+     * argmax op writes ids_at and the next step copies it in. The host reads
+     * the new tokens back every `ring` steps (or at the end) to look for
+     * EOS, so no step waits for the host. Tokens past an EOS are discarded. */
+    struct tern_fwd *f = &e->fwd;
     int32_t ring = e->max_logits < 16 ? e->max_logits : 16;
     int32_t len = n_ids, done = 0;
     bool stopped = false;
     for (int32_t i = 0; st == TERN_OK && i < max_tokens && !stopped; i++) {
-        struct tern_dtensor prev = tern_dtensor_rows(&e->fwd.ids_out, (i + ring - 1) % ring, 1);
-        if (i > 0 && (st = solo_step_dev(e, &so.seq, NULL, &prev, len - 1, 1, 1)) != TERN_OK)
-            break;
-        struct tern_dtensor lg = tern_dtensor_rows(&e->fwd.logits, 0, 1);
-        struct tern_dtensor oid = tern_dtensor_rows(&e->fwd.ids_out, i % ring, 1);
-        if ((st = ops->argmax(m->be, &lg, &oid)) != TERN_OK) break;
+        if (i > 0) {
+            struct tern_dtensor prev = tern_dtensor_rows(&f->ids_at, len - 1, 1);
+            const struct tern_dtensor *in = f->argmax_fused ? &f->batch.token_ids : &prev;
+            if ((st = solo_step_dev(e, &so.seq, NULL, in, len - 1, 1, 1)) != TERN_OK) break;
+        }
+        if (!f->argmax_fused) {
+            struct tern_dtensor lg = tern_dtensor_rows(&f->logits, 0, 1);
+            struct tern_dtensor oid = tern_dtensor_rows(&f->ids_at, len, 1);
+            if ((st = ops->argmax(m->be, &lg, &oid)) != TERN_OK) break;
+        }
         len++;
         if (i % ring == ring - 1 || i == max_tokens - 1) {
             int32_t k = i - done + 1;
-            struct tern_dtensor got = tern_dtensor_rows(&e->fwd.ids_out, 0, ring);
-            if ((st = ops->download(m->be, e->hb.out_ids, &got, (size_t)ring * 4)) != TERN_OK)
-                break;
+            struct tern_dtensor got = tern_dtensor_rows(&f->ids_at, n_ids + done, k);
+            if ((st = ops->download(m->be, e->hb.out_ids, &got, (size_t)k * 4)) != TERN_OK) break;
             for (int32_t j = 0; j < k && !stopped; j++) {
-                next = e->hb.out_ids[(done + j) % ring];
+                next = e->hb.out_ids[j];
                 out_ids[(*n_out)++] = next;
                 if (stop_at_eos && is_eos(&m->hp, next)) stopped = true;
             }

@@ -7,7 +7,8 @@
  * 1 over block 0: their attention reads one cached row and their outputs
  * are ignored), so that few launch shapes occur and each is replayed from
  * a captured graph. Greedy rows without logprobs or logit processors take
- * their token from an argmax on the device and only the ids come back.
+ * their token from an argmax on the device and only the ids come back (a
+ * one-sequence decode step on the backend's step op has it already).
  * Every other row is sampled on the device when the backend has a sample
  * op (CUDA; TERN_GPU_SAMPLE=0 turns it off), with the CPU sampler's
  * processors and draw: penalties and logit_bias go up as per-token edits,
@@ -377,7 +378,11 @@ static enum tern_status sample_rows(struct tern_engine *e, struct tern_sched_out
     if (e->gsamp_state == 0) TERN_TRY(gsample_init(e));
     for (int32_t r = 0; r < n; r++) n_gs += sample_on_device(e, out->samples[r].user);
     if (n_gs > 0) TERN_TRY(gsample_rows(e, out));
-    if (n_dev > 0) {
+    if (n_dev > 0 && n == 1 && e->fwd.argmax_fused) {
+        /* the step op wrote the argmax at the position the token takes */
+        struct tern_dtensor id = tern_dtensor_rows(&e->fwd.ids_at, out->samples[0].n_tokens, 1);
+        TERN_TRY(be->ops->download(be, e->hb.out_ids, &id, 4));
+    } else if (n_dev > 0) {
         struct tern_dtensor lg = tern_dtensor_rows(&e->fwd.logits, 0, n);
         struct tern_dtensor ids = tern_dtensor_rows(&e->fwd.ids_out, 0, n);
         TERN_TRY(be->ops->argmax(be, &lg, &ids));

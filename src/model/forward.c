@@ -122,6 +122,9 @@ enum tern_status tern_fwd_init(struct tern_model_core *m, int32_t max_tokens, in
         (st = alloc2(be, dt, max_logits, E, &f->hl)) ||
         (st = alloc2(be, TERN_DTYPE_F32, max_logits, hp->vocab_size, &f->logits)) ||
         (st = tern_dtensor_alloc(be, TERN_DTYPE_I32, 1, (int64_t[]){max_logits}, &f->ids_out)) ||
+        (st = tern_dtensor_alloc(be, TERN_DTYPE_I32, 1,
+                                 (int64_t[]){(int64_t)max_blocks_per_seq * block_size + 1},
+                                 &f->ids_at)) ||
         (st = tern_dtensor_alloc(be, TERN_DTYPE_I32, 1, &total, &f->meta))) {
         tern_fwd_deinit(m, f);
         return st;
@@ -137,9 +140,9 @@ enum tern_status tern_fwd_init(struct tern_model_core *m, int32_t max_tokens, in
 
 void tern_fwd_deinit(struct tern_model_core *m, struct tern_fwd *f)
 {
-    struct tern_dtensor *all[] = {&f->residual, &f->h,    &f->qkv,    &f->attn,    &f->proj,
-                                  &f->gate_up,  &f->act,  &f->hl,     &f->logits,  &f->ids_out,
-                                  &f->meta};
+    struct tern_dtensor *all[] = {&f->residual, &f->h,       &f->qkv,    &f->attn,
+                                  &f->proj,     &f->gate_up, &f->act,    &f->hl,
+                                  &f->logits,   &f->ids_out, &f->ids_at, &f->meta};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tern_dtensor_free(m->be, all[i]);
     for (int32_t i = 0; i < f->n_graphs; i++) m->be->ops->graph_free(m->be, f->graphs[i].g);
     f->n_graphs = 0;
@@ -223,9 +226,10 @@ static enum tern_status check_batch(struct tern_fwd *f, const struct tern_batch 
 
 /* Packs the batch arrays into the host mirror at their fixed offsets
  * (block table rows at the stride max_seq_len needs) and uploads the used
- * prefix in one copy; ops then see f->host_view through f->batch. */
+ * prefix in one copy (from the positions on when keep_ids: the token ids
+ * are on the device already); ops then see f->host_view through f->batch. */
 static enum tern_status upload_batch(struct tern_model_core *m, struct tern_fwd *f,
-                                     const struct tern_batch *b)
+                                     const struct tern_batch *b, bool keep_ids)
 {
     TERN_TRY(check_batch(f, b));
     struct tern_batch_dev *d = &f->batch;
@@ -261,8 +265,10 @@ static enum tern_status upload_batch(struct tern_model_core *m, struct tern_fwd 
     f->host_view.max_blocks_per_seq = stride;
     f->host_view.block_tables = bt;
     d->host = &f->host_view;
-    struct tern_dtensor all = meta_view(f, 0, meta_offset(f, META_BTABLE) + n_bt);
-    return m->be->ops->upload(m->be, &all, h, tern_dtensor_bytes(&all));
+    int64_t from = keep_ids ? meta_offset(f, META_POS) : 0;
+    struct tern_dtensor all = meta_view(f, 0, meta_offset(f, META_BTABLE) + n_bt - from);
+    all.offset += (size_t)from * 4;
+    return m->be->ops->upload(m->be, &all, h + from, tern_dtensor_bytes(&all));
 }
 
 /* A view of the first `rows` rows of a scratch tensor. */
@@ -384,6 +390,14 @@ static enum tern_status mlp_block(struct tern_model_core *m, struct tern_fwd *f,
     return proj_add_norm(m, f, &act, &ly->down_proj, next_norm, T);
 }
 
+/* Whether a forward of T tokens and n_logits rows over the uploaded batch
+ * runs as the backend's decode step op. */
+static bool step_fits(const struct tern_model_core *m, const struct tern_fwd *f, int64_t T,
+                      int32_t n_logits)
+{
+    return m->step && T == 1 && n_logits == 1 && f->batch.host->n_seqs == 1;
+}
+
 /* The layers and the logits over the uploaded batch (f->batch): only ops,
  * so it can be captured. */
 static enum tern_status compute(struct tern_model_core *m, struct tern_fwd *f,
@@ -396,10 +410,12 @@ static enum tern_status compute(struct tern_model_core *m, struct tern_fwd *f,
     struct tern_dtensor res = rows_of(&f->residual, T), h = rows_of(&f->h, T);
     int n_layers = hp->num_hidden_layers;
     TERN_TRY(ops->get_rows(be, &m->w.embed_tokens, &f->batch.token_ids, &res));
-    if (m->step && T == 1 && n_logits == 1 && f->batch.host->n_seqs == 1) {
-        /* one sequence's decode step as one op (tern_model_core_load) */
+    if (step_fits(m, f, T, n_logits)) {
+        /* one sequence's decode step as one op (tern_model_core_load), its
+         * argmax into the token ids (the next step's input) and ids_at */
         struct tern_dtensor logits = rows_of(&f->logits, 1);
-        return ops->step_run(be, m->step, &res, &f->batch, kv->layers, &logits);
+        return ops->step_run(be, m->step, &res, &f->batch, kv->layers, &logits, &f->batch.token_ids,
+                             &f->ids_at);
     }
     /* The norm_matmul flow (a backend that has it, every layer with fused
      * qkv and gate_up weights and the fused rope/cache prologue): each
@@ -431,14 +447,20 @@ static enum tern_status compute(struct tern_model_core *m, struct tern_fwd *f,
     return ops->matmul(be, &hl, &m->w.lm_head, &logits, 0);
 }
 
-/* Uploads the batch, then puts the device token ids in place if given. */
+/* Uploads the batch, then puts the device token ids in place if given
+ * (ids_dev == &f->batch.token_ids: they are there already, the previous
+ * decode step's argmax, and the upload leaves them); notes whether this
+ * forward is the step op with its argmax. */
 static enum tern_status prepare(struct tern_model_core *m, struct tern_fwd *f,
                                 const struct tern_batch *batch, const struct tern_dtensor *ids_dev)
 {
-    TERN_TRY(upload_batch(m, f, batch));
-    if (ids_dev) /* the token ids are already on the device (the previous step's argmax) */
+    bool in_place = ids_dev == &f->batch.token_ids;
+    f->argmax_fused = false;
+    TERN_TRY(upload_batch(m, f, batch, in_place));
+    if (ids_dev && !in_place) /* the previous step's argmax, elsewhere on the device */
         TERN_TRY(m->be->ops->copy(m->be, &f->batch.token_ids, ids_dev,
                                   (size_t)batch->n_tokens * sizeof(int32_t)));
+    f->argmax_fused = step_fits(m, f, batch->n_tokens, batch->n_logits);
     return TERN_OK;
 }
 

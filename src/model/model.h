@@ -161,9 +161,17 @@ struct tern_fwd {
     struct tern_dtensor hl;       /* [max_logits, hidden] rows whose logits are wanted */
     struct tern_dtensor logits;   /* [max_logits, vocab] F32 */
     struct tern_dtensor ids_out;  /* [max_logits] I32 (argmax) */
-    struct tern_dtensor meta;     /* I32 batch arrays at fixed offsets (forward.c, META_*) */
-    int32_t *meta_host;           /* the same layout on the host, uploaded in one copy */
-    struct tern_batch host_view;  /* the batch as ops see it (block tables repacked) */
+    /* [max_blocks_per_seq * block_size + 1] I32: a decode's tokens by the
+     * position they take (the step op's argmax writes element pos + 1) */
+    struct tern_dtensor ids_at;
+    /* The last forward ran as the backend's step op (one sequence, one
+     * token, one logits row), which left its row's argmax in
+     * batch.token_ids[0] (the next step's input: pass &batch.token_ids as
+     * ids_dev) and in ids_at[pos + 1]: no argmax op is needed. */
+    bool argmax_fused;
+    struct tern_dtensor meta;    /* I32 batch arrays at fixed offsets (forward.c, META_*) */
+    int32_t *meta_host;          /* the same layout on the host, uploaded in one copy */
+    struct tern_batch host_view; /* the batch as ops see it (block tables repacked) */
     struct tern_batch_dev batch;
     /* Decode graphs (backends with graph_begin): one per launch shape. */
     bool use_graphs;              /* false: decode batches run op by op (same results) */
@@ -197,7 +205,9 @@ enum tern_status tern_model_forward(struct tern_model_core *m, struct tern_fwd *
 
 /* The same, with the batch's token ids taken from a device tensor (I32,
  * n_tokens entries) instead of batch->token_ids: decode can then feed the
- * previous step's argmax back without a host round trip. */
+ * previous step's argmax back without a host round trip. ids_dev ==
+ * &f->batch.token_ids says they are there already (after a forward with
+ * f->argmax_fused): neither copied nor uploaded. */
 enum tern_status tern_model_forward_ids(struct tern_model_core *m, struct tern_fwd *f,
                                         struct tern_kv_cache *kv, const struct tern_batch *batch,
                                         const struct tern_dtensor *ids_dev);

@@ -19,7 +19,10 @@
  *     one or two attention splits per head (TERN_CUDA_STEP_SPLITS: several
  *     64-position passes per item, with and without the merge);
  *   - greedy generation (captured graphs) matches the op-by-op path up to
- *     the first near-tie.
+ *     the first near-tie;
+ *   - the kernel's own argmax (fed back on the device): greedy tokens from
+ *     a one-token prompt are exactly the first argmax of the same
+ *     launches' logits, and the serving loop's tokens are the same.
  * Then a wider model the test writes itself (test_step_wide: the 8B's head
  * shape, several warps per tile) against the op-by-op forward, and the same
  * model with layer 1's post-attention norm and the final norm weights at
@@ -95,6 +98,65 @@ static int argmax_agree(const float *a, const float *b, int V, int *close)
         agree++;
     }
     return agree;
+}
+
+/* The argmax op's answer on the host: the first index of the maximum, NaN
+ * never winning, 0 for an all-NaN row. */
+static int first_argmax(const float *row, int V)
+{
+    int bi = -1;
+    for (int v = 0; v < V; v++)
+        if (!isnan(row[v]) && (bi < 0 || row[v] > row[bi])) bi = v;
+    return bi < 0 ? 0 : bi;
+}
+
+/* The step op's own argmax (written by its last block into the next step's
+ * token ids and ids_at): greedy generation from a one-token prompt, every
+ * token from a step launch, must be exactly the first argmax of the same
+ * launches' logits (tokens fed back one at a time), and the serving loop
+ * (one request, greedy) must give the same tokens. */
+#define FUSED_G 48
+static void fused_check(struct tern_model *stp, int V, const char *what)
+{
+    int32_t p0 = 13, seq[FUSED_G];
+    int32_t *g = tu_model_greedy(stp, &p0, 1, FUSED_G);
+    seq[0] = p0;
+    memcpy(seq + 1, g, (FUSED_G - 1) * sizeof(int32_t));
+    float *l = tu_model_logits(stp, seq, FUSED_G, V, 1, 16);
+    for (int j = 0; j < FUSED_G; j++) {
+        int want = first_argmax(l + (size_t)j * V, V);
+        if (g[j] != want)
+            fail_msg("%s: greedy token %d is %d, its logits' first argmax %d", what, j, g[j], want);
+    }
+    struct tern_engine *e = tu_model_engine(stp, 2048, 16);
+    struct tern_request r = {0};
+    r.ids = &p0;
+    r.n_ids = 1;
+    r.sampling = tern_sampling_default_params();
+    r.sampling.max_tokens = FUSED_G;
+    r.sampling.ignore_eos = true;
+    struct tern_stream *s = NULL;
+    if (tern_engine_submit(e, &r, &s) != TERN_OK) fail_msg("submit: %s", tern_last_error());
+    int n = 0;
+    for (;;) {
+        struct tern_event ev;
+        if (tern_stream_next(s, 60000, &ev) != TERN_OK) fail_msg("%s", tern_last_error());
+        if (ev.type == TERN_EVENT_TOKEN) {
+            assert_true(n < FUSED_G);
+            if (ev.token != g[n])
+                fail_msg("%s: serving loop token %d is %d, greedy %d", what, n, ev.token, g[n]);
+            n++;
+        } else if (ev.final) {
+            assert_int_equal(ev.status, TERN_OK);
+            break;
+        }
+    }
+    assert_int_equal(n, FUSED_G);
+    printf("  %s: %d greedy tokens = their logits' argmax = the serving loop's\n", what, n);
+    tern_stream_destroy(s);
+    tern_engine_destroy(e);
+    tern_free(l);
+    tern_free(g);
 }
 
 static void test_step_logits(void **state)
@@ -178,6 +240,7 @@ static void test_step_logits(void **state)
     }
     tern_free(ga);
     tern_free(gb);
+    fused_check(stp, V, "tiny model");
     tern_free(a);
     tern_free(b);
     tern_free(c);
@@ -321,6 +384,7 @@ static void wide_check(const char *dir, const char *what)
     if (!(e_ops <= STEP_REL)) fail_msg("%s: step logits vs op-by-op: rel err %.3e", what, e_ops);
     int close = 0, agree = argmax_agree(a, b, V, &close);
     printf("  %s: argmax equal at %d (%d near-ties)\n", what, agree, close);
+    fused_check(stp, V, what);
     tern_free(a);
     tern_free(b);
     tern_model_close(stp);

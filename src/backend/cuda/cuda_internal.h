@@ -145,7 +145,8 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
 enum tern_status tern_cuda_step_run(struct tern_backend *be, struct tern_step_plan *p,
                                     struct tern_dtensor *residual,
                                     const struct tern_batch_dev *batch, struct tern_kv_layer *kv,
-                                    struct tern_dtensor *logits);
+                                    struct tern_dtensor *logits, struct tern_dtensor *ids,
+                                    struct tern_dtensor *ids_at);
 void tern_cuda_step_free(struct tern_backend *be, struct tern_step_plan *p);
 /* Whether a fused op ("qkr": qk_rope_store, "qka": qk_rope_store_attention,
  * "mrs": matmul_rope_store,

@@ -24,7 +24,7 @@ struct tern_step_plan {
     int grid;
     int64_t E, vocab;
     unsigned long long *stamps; /* TERN_CUDA_STEP_STAMPS: written to that file by step_free */
-    void *scratch;              /* the epoch counter, then the LL lines of every layer */
+    void *scratch; /* the epoch counter, the argmax's key and count, then the LL lines */
 };
 
 static enum tern_status unsupported(const char *why)
@@ -233,6 +233,8 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
     a->eps = d->eps, a->scale = ap->scale, a->mscale = rp->mscale;
     a->inv_freq = tern_cuda_ptr(&rp->inv_freq);
     a->epoch = (unsigned long long *)s;
+    a->am_key = (unsigned long long *)(s + 8);
+    a->am_cnt = (unsigned *)(s + 16);
     a->ll = s + 256;
     a->ll_layer = (int)ll_layer, a->ll_qkv = (int)ll_qkv, a->ll_attn = (int)ll_attn;
     a->ll_res_o = (int)ll_res_o, a->ll_act = (int)ll_act, a->ll_res_d = (int)ll_res_d;
@@ -284,7 +286,8 @@ fail:
 enum tern_status tern_cuda_step_run(struct tern_backend *be, struct tern_step_plan *p,
                                     struct tern_dtensor *residual,
                                     const struct tern_batch_dev *batch, struct tern_kv_layer *kv,
-                                    struct tern_dtensor *logits)
+                                    struct tern_dtensor *logits, struct tern_dtensor *ids,
+                                    struct tern_dtensor *ids_at)
 {
     struct tern_cuda *c = tern_cuda_of(be);
     if (!batch->host || batch->host->n_seqs != 1 || batch->host->n_tokens != 1)
@@ -295,7 +298,15 @@ enum tern_status tern_cuda_step_run(struct tern_backend *be, struct tern_step_pl
                           "decode step kernel: residual [1, %lld] and logits "
                           "[1, %lld] F32 expected",
                           (long long)p->E, (long long)p->vocab);
+    if ((ids && (ids->dtype != TERN_DTYPE_I32 || tern_dtensor_numel(ids) < 1)) ||
+        (ids_at && (!ids || ids_at->dtype != TERN_DTYPE_I32)))
+        return tern_error(TERN_E_INVALID_ARG,
+                          "decode step kernel: ids I32 [1] expected (and ids_at only with ids)");
     tk_step_args *a = &p->args;
+    a->am_ids = ids ? tern_cuda_ptr(ids) : NULL;
+    a->am_hist = ids_at ? tern_cuda_ptr(ids_at) : NULL;
+    a->n_hist = ids_at ? (int)tern_dtensor_numel(ids_at) : 0;
+    a->vocab = (int)p->vocab;
     for (int l = 0; l < a->n_layers; l++) {
         a->kc[l] = tern_cuda_ptr(&kv[l].k);
         a->vc[l] = tern_cuda_ptr(&kv[l].v);

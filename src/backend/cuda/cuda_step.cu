@@ -503,6 +503,52 @@ static __device__ void st_finish(const tk_step_args &a, const tk_step_op &o, int
     }
 }
 
+/* ---------------------------------------------------------------- the argmax */
+
+/* (value, index) as one key whose unsigned order is the argmax op's: the
+ * larger value, then the smaller index; -0 as +0; NaN below everything */
+static __device__ __forceinline__ unsigned long long st_am_key(float v, int r)
+{
+    const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
+    const uint32_t o = u & 0x80000000u ? ~u : u | 0x80000000u;
+    return (unsigned long long)(v == v ? o : 0u) << 32 | (0xffffffffu - (uint32_t)r);
+}
+
+/* After the head: each block's best over the logits rows it wrote (tiles
+ * blockIdx.x + k x grid), one atomicMax per block, and the last block to
+ * arrive writes the id (and resets the two words for the next launch, which
+ * starts after this one ends). Its own function: the tail's code kept out
+ * of the allocation of the layers' (every change there moves the step). */
+static __device__ __noinline__ void st_argmax(const float *logits, int vocab, int tiles,
+                                              int32_t *ids, int32_t *hist, int n_hist,
+                                              const int32_t *pos, unsigned long long *key,
+                                              unsigned *cnt)
+{
+    __shared__ unsigned long long red[ST_NW];
+    __syncthreads(); /* the block's logits are written */
+    unsigned long long best = 0ull;
+    for (int e = threadIdx.x;; e += ST_NW * 32) {
+        const int tile = blockIdx.x + (e >> 4) * gridDim.x, r = tile * 16 + (e & 15);
+        if (tile >= tiles) break;
+        if (r < vocab) best = max(best, st_am_key(logits[r], r));
+    }
+    for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = best;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    for (int w = 1; w < ST_NW; w++) best = max(best, red[w]);
+    atomicMax(key, best);
+    __threadfence();
+    if (atomicAdd(cnt, 1u) != gridDim.x - 1) return;
+    __threadfence(); /* every block's atomicMax is in */
+    const unsigned long long k = atomicExch(key, 0ull);
+    atomicExch(cnt, 0u);
+    const int id = k >> 32 ? (int)(0xffffffffu - (uint32_t)k) : 0; /* all NaN: 0 */
+    ids[0] = id;
+    const int p = __ldg(pos) + 1;
+    if (hist && p >= 0 && p < n_hist) hist[p] = id;
+}
+
 /* ---------------------------------------------------------------- the step */
 
 /* INSTR: the instrumented kernel, launched when stamps (TERN_CUDA_STEP_STAMPS),
@@ -715,6 +761,9 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         }
         st_stamp<INSTR>(a, op, 3);
     }
+    if (a.am_ids)
+        st_argmax(a.logits, a.vocab, a.k_tiles[ST_LM], a.am_ids, a.am_hist, a.n_hist, a.pos,
+                  a.am_key, a.am_cnt);
 }
 
 /* Both instantiations' shared memory limit (the same size). */

@@ -75,6 +75,15 @@ typedef struct tk_step_args {
                * with right logits: 256 the f16 overflow path in
                * every op, 4096 every attention item run twice (the stamps
                * the second's: its code warm, its data in place) */
+    /* The argmax of the logits (the first index of the maximum, NaN never
+     * winning, an all-NaN row giving 0: the argmax op's answer) into
+     * am_ids[0] and, when am_hist is set, am_hist[pos + 1] (if below
+     * n_hist); am_ids NULL: none. am_key / am_cnt: its reduction over the
+     * grid (scratch, zero between launches). */
+    int32_t *am_ids, *am_hist;
+    int n_hist, vocab;
+    unsigned long long *am_key;
+    unsigned *am_cnt;
     void *kc[TK_STEP_MAX_LAYERS], *vc[TK_STEP_MAX_LAYERS];
     /* ops[i].rec, and each kind's tiles, nG and lks (the same in every
      * layer), as kernel parameters: the ring's cursor reads them when it
