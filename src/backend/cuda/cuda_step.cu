@@ -363,8 +363,10 @@ static __device__ __forceinline__ void st_stash(const float *res, int n, int lks
  * res from the embedding (plain, written before the launch) or from the
  * previous projection's LL lines, staged as F32 in the block's idle
  * region (the same thread writes and reads its pairs until the block
- * barrier). The rows the next o / down epilogue adds to (stash_lks >= 0) go
- * to stash. */
+ * barrier). From the embedding, the rows the first o epilogue adds to
+ * (stash_lks >= 0) go to stash; after that each o / down epilogue keeps
+ * its rows' new residual there itself (tile t is block t % grid's, slot
+ * t / grid, in every op of E rows), so the later norms stash nothing. */
 static __device__ float st_norm(const float *plain, const uint4 *ll, uint32_t f, int n,
                                 const bf16 *w, float eps, bf16 *xs, float2 *xsum, float *red,
                                 float2 *stage, float *stash, int stash_lks, float xmul)
@@ -426,7 +428,7 @@ static __device__ float st_norm(const float *plain, const uint4 *ll, uint32_t f,
         const int g = (i0 >> 5) + nt / 32 * (lane >> 3);
         if ((lane & 7) == 0 && 32 * g < nl) xsum[g] = make_float2(s4 + s1, fmaf(s1, 0.0625f, s4));
     }
-    if (stash_lks >= 0) /* after the barrier */
+    if (plain && stash_lks >= 0) /* after the barrier */
         st_stash((const float *)stage, n, stash_lks, stash);
     return mx;
 }
@@ -460,8 +462,8 @@ static __device__ __forceinline__ void st_put4(uint4 *dst, int i, float x, bool 
 /* Tile `tile` (the block's slot-th of the op) from its slices' parts, in
  * warp order; lane r < 16 holds row r. Every lane calls it (shuffles). */
 static __device__ void st_finish(const tk_step_args &a, const tk_step_op &o, int layer, int tile,
-                                 int slot, const float *parts, const float *stash, uint32_t f,
-                                 int lane, float xscale)
+                                 int slot, const float *parts, float *stash, uint32_t f, int lane,
+                                 float xscale)
 {
     /* row lane & 15: lanes < 16 sum the first half of the slices, the
      * others the second (in order), then the halves; at most 8 slices a
@@ -492,9 +494,11 @@ static __device__ void st_finish(const tk_step_args &a, const tk_step_op &o, int
     case ST_LM:
         if (lane < 16 && r < o.out) a.logits[r] = v;
         break;
-    default: { /* o, down: the BF16 projection added to the residual rows kept by the norm */
+    default: { /* o, down: the BF16 projection added to the block's residual rows
+                * (stash), which keep the sum for the next o / down */
         float nv =
             lane < 16 ? stash[slot * 16 + lane] + __bfloat162float(__float2bfloat16(v)) : 0.0f;
+        if (lane < 16) stash[slot * 16 + lane] = nv;
         float nv1 = __shfl_down_sync(0xffffffffu, nv, 1);
         uint4 *dst = st_ll(a, layer, o.kind == ST_O ? a.ll_res_o : a.ll_res_d);
         if (lane < 16 && (lane & 1) == 0 && r < o.out)
