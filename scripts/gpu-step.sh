@@ -114,7 +114,7 @@ echo "(TUNE=8: no phases, TUNE=16: no arithmetic; both give wrong logits, timing
 [ -f "$OUT/stamps.csv" ] && python3 scripts/step-stamps.py "$OUT/stamps.csv" | tee "$OUT/stamps.txt"
 if [ -f "$OUT/multi.txt" ]; then
   cat "$OUT/multi_tests.txt"
-  grep -hE "^(== |qkv |o  |gate_up  |down  |attention|GEMV done)" "$OUT/multi_stamps.txt" 2>/dev/null
+  grep -hE "^(== |qkv |o  |gate_up  |down  |attention|GEMV done|launch prologue|between launches)" "$OUT/multi_stamps.txt" 2>/dev/null
   echo "base = the top of $TERN_GPU_CARRY, then $GPU_STEP_MULTI:" && cat "$OUT/multi.txt"
 fi
 [ -f "$OUT/conc.txt" ] && head -3 "$OUT/conc_base_${GPU_STEP_CONC%% *}.txt" | tail -2 && cat "$OUT/conc.txt"

@@ -11,8 +11,13 @@ done, its epilogue done. Prints, per op kind averaged over the layers, the
 median over blocks of each interval, the spread of the x-ready stamps, and
 the step's total; then the attention's steps (all items, and the blocks
 that merge the splits), how far each op's slowest GEMV ends after the
-median block's, and gate_up's GEMV per block and SM.
+median block's, and gate_up's GEMV per block and SM; then the launch's
+prologue (each block's first instruction to op 0's start) and, from
+STAMPS.csv.gaps when it is there, the gaps between launches (the latest
+block exit of one launch to the next launch's first instruction: the ops
+between two decode steps, and the launch itself).
 """
+import os
 import csv
 import json
 import statistics
@@ -85,7 +90,26 @@ def main():
               "output out %.2f" % tuple(statistics.mean(mg[k]) for k in ("att_passes", "att_parts", "att_out")))
     print("GEMV done, slowest block after the median (us, mean over layers): " +
           ", ".join("%s %.2f" % (k, statistics.mean(tails[k])) for k in KINDS if k in tails))
+    launches(rows, ops, sys.argv[1] + ".gaps")
     per_block(rows, ops)
+
+
+def launches(rows, ops, gaps_path):
+    """The prologue (op 0's att_q: the block's first instruction) and the
+    gaps between launches (STAMPS.csv.gaps, ns a line)."""
+    pro = [(int(r["start"]) - int(r["att_q"])) / 1e3 for r in rows[ops[0]]
+           if int(r.get("att_q", -1)) != -1]
+    if pro:
+        print("launch prologue (first instruction to op 0's start, us): median %.2f, max %.2f"
+              % (statistics.median(pro), max(pro)))
+    if not os.path.exists(gaps_path):
+        return
+    g = sorted(int(x) / 1e3 for x in open(gaps_path) if x.strip())
+    g = [x for x in g if x < 1000.0]  # a prefill or a sync between two steps: not a gap
+    if g:
+        q = lambda f: g[min(len(g) - 1, int(f * len(g)))]
+        print("between launches (latest exit to the next first instruction, us, %d launches): "
+              "p10 %.2f, p50 %.2f, p90 %.2f" % (len(g), q(0.1), q(0.5), q(0.9)))
 
 
 def per_block(rows, ops):

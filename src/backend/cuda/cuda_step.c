@@ -15,6 +15,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct tern_step_plan {
     tk_step_args args; /* the launch's block, batch fields filled per run */
@@ -322,9 +323,38 @@ enum tern_status tern_cuda_step_run(struct tern_backend *be, struct tern_step_pl
     return TERN_OK;
 }
 
+/* Every launch's gap (ns from the latest block exit of the launch before
+ * to block 0's first instruction; the last TK_STEP_GAPS launches, oldest
+ * first, one a line) into path + ".gaps". */
+static void write_gaps(struct tern_step_plan *p, size_t n, const char *path)
+{
+    unsigned long long *x = tern_malloc((2 + TK_STEP_GAPS) * sizeof *x);
+    char *name = tern_malloc(strlen(path) + 8);
+    FILE *fp = NULL;
+    if (x && name &&
+        cudaMemcpy(x, p->stamps + n, (2 + TK_STEP_GAPS) * sizeof *x, cudaMemcpyDeviceToHost) ==
+            cudaSuccess) {
+        snprintf(name, strlen(path) + 8, "%s.gaps", path);
+        fp = fopen(name, "w");
+    }
+    if (fp) {
+        unsigned long long k = x[1], m = k < TK_STEP_GAPS ? k : TK_STEP_GAPS;
+        for (unsigned long long i = k - m; i < k; i++)
+            if (x[2 + i % TK_STEP_GAPS]) fprintf(fp, "%llu\n", x[2 + i % TK_STEP_GAPS]);
+        fclose(fp);
+    } else {
+        cudaGetLastError();
+        tern_log(TERN_LOG_WARN, "decode step kernel: launch gaps not written next to %s", path);
+    }
+    tern_free(name);
+    tern_free(x);
+}
+
 /* The last step's stamps as CSV (op, kind, block, then the stamps in ns
- * from the step's first; op 0's last column the block's SM id), for
- * scripts/step-stamps.py. */
+ * from the step's first; op 0's last column the block's SM id; op 0's
+ * att_q / att_kv its entry and the block's exit in the launch before, the
+ * head's att_q the block's exit), for scripts/step-stamps.py; the launch
+ * gaps beside it (write_gaps). */
 static void write_stamps(struct tern_cuda *c, struct tern_step_plan *p, const char *path)
 {
     size_t n = (size_t)p->n_ops * (size_t)p->grid * TK_STEP_STAMPS;
@@ -353,6 +383,7 @@ static void write_stamps(struct tern_cuda *c, struct tern_step_plan *p, const ch
                     fprintf(fp, ",%llu", e[k]);
                 fprintf(fp, "\n");
             }
+        write_gaps(p, n, path);
     }
     if (fp) fclose(fp);
     tern_free(h);

@@ -571,6 +571,20 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
     __shared__ float xscale;      /* the op's x went in as x / xscale (1 unless beyond f16) */
     __shared__ unsigned xmax;     /* the op's largest |x| (as bits) when one is beyond f16 */
     __shared__ unsigned gdiag[4]; /* INSTR: the GEMV loop's cycles, summed over the warps */
+    if (INSTR && a.stamps && threadIdx.x == 0) { /* the launch's entry, the last one's exit */
+        unsigned long long now;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        const size_t last = (size_t)(4 * a.n_layers) * gridDim.x + blockIdx.x;
+        unsigned long long *e0 = a.stamps + (size_t)blockIdx.x * TK_STEP_STAMPS;
+        e0[TK_STEP_STAMP_PREV] = a.stamps[last * TK_STEP_STAMPS + TK_STEP_STAMP_EXIT];
+        e0[TK_STEP_STAMP_ENTRY] = now;
+        if (blockIdx.x == 0) {
+            unsigned long long *x =
+                a.stamps + (size_t)(4 * a.n_layers + 1) * gridDim.x * TK_STEP_STAMPS;
+            const unsigned long long k = x[1]++;
+            x[2 + k % TK_STEP_GAPS] = x[0] ? now - x[0] : 0ull;
+        }
+    }
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int tune = INSTR ? a.tune : 0; /* timing-only switches: the instrumented kernel's */
     uint4 *ring = (uint4 *)smem + (size_t)warp * ST_S * ST_C * ST_REC;
@@ -768,6 +782,16 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
     if (a.am_ids)
         st_argmax(a.logits, a.vocab, a.k_tiles[ST_LM], a.am_ids, a.am_hist, a.n_hist, a.pos,
                   a.am_key, a.am_cnt);
+    if (INSTR && a.stamps) { /* the block's exit (the next launch's gap starts at the latest) */
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned long long now;
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+            const size_t last = (size_t)(4 * a.n_layers) * gridDim.x + blockIdx.x;
+            a.stamps[last * TK_STEP_STAMPS + TK_STEP_STAMP_EXIT] = now;
+            atomicMax(a.stamps + (size_t)(4 * a.n_layers + 1) * gridDim.x * TK_STEP_STAMPS, now);
+        }
+    }
 }
 
 /* Both instantiations' shared memory limit (the same size). */

@@ -27,6 +27,17 @@ extern "C" {
 #define TK_STEP_REC_BYTES  576 /* a record: one (16-row tile, 64-k group), cuda_step_repack.cu */
 #define TK_STEP_CHUNK      4   /* records a warp's ring copies at a time */
 
+/* Between launches (columns no op 0 / head stamp uses): op 0's stamp 4 is
+ * the block's first instruction, its stamp 5 the block's exit in the
+ * launch before (the head's stamp 4 then, the block's exit); after the
+ * [n_ops][grid][TK_STEP_STAMPS] stamps, the latest exit of any block, the
+ * launches counted, and each launch's gap (block 0's first instruction
+ * after that latest exit) for the last TK_STEP_GAPS launches. */
+#define TK_STEP_STAMP_ENTRY 4
+#define TK_STEP_STAMP_PREV  5
+#define TK_STEP_STAMP_EXIT  4
+#define TK_STEP_GAPS        4096
+
 /* One GEMV of the step: records of (16-row tile, 64-k group),
  * TK_STEP_REC_BYTES each, in the kernel's order (tk_step_records).
  * kind: 0 qkv, 1 o, 2 gate_up, 3 down, 4 lm_head. */
