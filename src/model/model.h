@@ -161,6 +161,14 @@ struct tern_fwd {
     struct tern_dtensor hl;       /* [max_logits, hidden] rows whose logits are wanted */
     struct tern_dtensor logits;   /* [max_logits, vocab] F32 */
     struct tern_dtensor ids_out;  /* [max_logits] I32 (argmax) */
+    struct tern_dtensor meta;     /* I32 batch arrays at fixed offsets (forward.c, META_*) */
+    int32_t *meta_host;           /* the same layout on the host, uploaded in one copy */
+    struct tern_batch host_view;  /* the batch as ops see it (block tables repacked) */
+    struct tern_batch_dev batch;
+    /* Decode graphs (backends with graph_begin): one per launch shape. */
+    bool use_graphs;              /* false: decode batches run op by op (same results) */
+    int32_t n_graphs;
+    struct tern_fwd_graph graphs[TERN_FWD_MAX_GRAPHS];
     /* [max_blocks_per_seq * block_size + 1] I32: a decode's tokens by the
      * position they take (the step op's argmax writes element pos + 1) */
     struct tern_dtensor ids_at;
@@ -169,14 +177,6 @@ struct tern_fwd {
      * batch.token_ids[0] (the next step's input: pass &batch.token_ids as
      * ids_dev) and in ids_at[pos + 1]: no argmax op is needed. */
     bool argmax_fused;
-    struct tern_dtensor meta;    /* I32 batch arrays at fixed offsets (forward.c, META_*) */
-    int32_t *meta_host;          /* the same layout on the host, uploaded in one copy */
-    struct tern_batch host_view; /* the batch as ops see it (block tables repacked) */
-    struct tern_batch_dev batch;
-    /* Decode graphs (backends with graph_begin): one per launch shape. */
-    bool use_graphs;              /* false: decode batches run op by op (same results) */
-    int32_t n_graphs;
-    struct tern_fwd_graph graphs[TERN_FWD_MAX_GRAPHS];
 };
 
 enum tern_status tern_fwd_init(struct tern_model_core *m, int32_t max_tokens, int32_t max_seqs,

@@ -235,14 +235,29 @@ static __device__ __forceinline__ void st_l2_ahead(st_cur c, const char *src, in
  * item's q ready, first K / V rows in, passes done, partials in (merger)
  * or out, output out; 9-10 its first pass's q . k and softmax done; op
  * 0's 11 the block's SM (TK_STEP_STAMP_SM). */
-template <bool INSTR>
-static __device__ __forceinline__ void st_stamp(const tk_step_args &a, int op, int k)
+template <bool INSTR> /* this block's row of op's stamps */
+static __device__ __forceinline__ unsigned long long *st_stamps(const tk_step_args &a, int op)
 {
+    return a.stamps + ((size_t)op * gridDim.x + blockIdx.x) * TK_STEP_STAMPS;
+}
+
+/* After every op's stamps: the latest block end of the launch, the
+ * launches counted, their gaps (TK_STEP_GAPS, cuda_step.h). */
+static __device__ __forceinline__ unsigned long long *st_launches(const tk_step_args &a)
+{
+    return a.stamps + (size_t)(4 * a.n_layers + 1) * gridDim.x * TK_STEP_STAMPS;
+}
+
+/* Returns the time stamped (thread 0 of an instrumented launch with stamps). */
+template <bool INSTR>
+static __device__ __forceinline__ unsigned long long st_stamp(const tk_step_args &a, int op, int k)
+{
+    unsigned long long t = 0;
     if (INSTR && a.stamps && threadIdx.x == 0) {
-        unsigned long long t;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        a.stamps[((size_t)op * gridDim.x + blockIdx.x) * TK_STEP_STAMPS + k] = t;
+        st_stamps<INSTR>(a, op)[k] = t;
     }
+    return t;
 }
 
 /* GEMV input values a, b (bf16-rounded) times xmul (1, or a power of two
@@ -571,19 +586,15 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
     __shared__ float xscale;      /* the op's x went in as x / xscale (1 unless beyond f16) */
     __shared__ unsigned xmax;     /* the op's largest |x| (as bits) when one is beyond f16 */
     __shared__ unsigned gdiag[4]; /* INSTR: the GEMV loop's cycles, summed over the warps */
-    if (INSTR && a.stamps && threadIdx.x == 0) { /* the launch's entry, the last one's exit */
-        unsigned long long now;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-        const size_t last = (size_t)(4 * a.n_layers) * gridDim.x + blockIdx.x;
-        unsigned long long *e0 = a.stamps + (size_t)blockIdx.x * TK_STEP_STAMPS;
-        e0[TK_STEP_STAMP_PREV] = a.stamps[last * TK_STEP_STAMPS + TK_STEP_STAMP_EXIT];
-        e0[TK_STEP_STAMP_ENTRY] = now;
-        if (blockIdx.x == 0) {
-            unsigned long long *x =
-                a.stamps + (size_t)(4 * a.n_layers + 1) * gridDim.x * TK_STEP_STAMPS;
-            const unsigned long long k = x[1]++;
-            x[2 + k % TK_STEP_GAPS] = x[0] ? now - x[0] : 0ull;
-        }
+    /* the launch's start, the block's end in the launch before, the gap */
+    if (INSTR && a.stamps && threadIdx.x == 0)
+        st_stamps<INSTR>(a, 0)[TK_STEP_STAMP_PREV] =
+            st_stamps<INSTR>(a, 4 * a.n_layers)[TK_STEP_STAMP_EXIT];
+    const unsigned long long t_in = st_stamp<INSTR>(a, 0, TK_STEP_STAMP_ENTRY);
+    if (INSTR && a.stamps && threadIdx.x == 0 && blockIdx.x == 0) {
+        unsigned long long *x = st_launches(a);
+        const unsigned long long k = x[1]++;
+        x[2 + k % TK_STEP_GAPS] = x[0] ? t_in - x[0] : 0ull;
     }
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int tune = INSTR ? a.tune : 0; /* timing-only switches: the instrumented kernel's */
@@ -782,15 +793,10 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
     if (a.am_ids)
         st_argmax(a.logits, a.vocab, a.k_tiles[ST_LM], a.am_ids, a.am_hist, a.n_hist, a.pos,
                   a.am_key, a.am_cnt);
-    if (INSTR && a.stamps) { /* the block's exit (the next launch's gap starts at the latest) */
+    if (INSTR && a.stamps) { /* the block's end (the next launch's gap runs from the latest) */
         __syncthreads();
-        if (threadIdx.x == 0) {
-            unsigned long long now;
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-            const size_t last = (size_t)(4 * a.n_layers) * gridDim.x + blockIdx.x;
-            a.stamps[last * TK_STEP_STAMPS + TK_STEP_STAMP_EXIT] = now;
-            atomicMax(a.stamps + (size_t)(4 * a.n_layers + 1) * gridDim.x * TK_STEP_STAMPS, now);
-        }
+        const unsigned long long t_out = st_stamp<INSTR>(a, 4 * a.n_layers, TK_STEP_STAMP_EXIT);
+        if (threadIdx.x == 0) atomicMax(st_launches(a), t_out);
     }
 }
 
