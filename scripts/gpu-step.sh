@@ -12,7 +12,8 @@
 # scripts/gpu-step-pack.sh; each NAME's test_step_cuda runs too, and every
 # build (the base at the top as "base", then each NAME) is benched in turn,
 # GPU_STEP_REPS rounds, on the one model (GPU_STEP_MULTI_ENVS="A=1+B=2 C=3":
-# each once more under each setting; GPU_STEP_MULTI_STAMPS=1: one more
+# each once more under each setting; GPU_STEP_PL="16:128": each once more at
+# that prompt length and number of new tokens; GPU_STEP_MULTI_STAMPS=1: one more
 # stamped run of each, summarised; GPU_STEP_CONC="1 8": each build through the
 # serving loop too, `tern bench --concurrency` at each level, 64 new tokens).
 # Everything comes back as one archive, $OUT/step.tar.xz.
@@ -39,9 +40,9 @@ OUT=$OUT bash scripts/gpu-check.sh >"$OUT/check.txt" 2>&1
 # $4 (NAME=value[+...]).
 step_bench() {
   cr timeout 60 env $(echo "${4:-}" | tr '+' ' ') "$1" bench --model /tmp/tern-llama8b-q4 --device cuda \
-    --prompt-len 512 --gen 64 --reps 3 --json >"$OUT/$2.json" 2>"$OUT/$2.err"
-  python3 -c "import json,sys; j=json.load(open(sys.argv[1])); f=float(open(sys.argv[2]).read())*1e9/j['decode_bytes']; print('%s %.1f tok/s (%.1f%% of %.1f)' % (sys.argv[3], j['decode_tok_s'], 100*j['decode_tok_s']/f, f))" \
-    "$OUT/$2.json" "$OUT/copy_rate.txt" "${2#*_}" >>"$3" 2>&1
+    --prompt-len ${STEP_PL:-512} --gen ${STEP_GEN:-64} --reps 3 --json >"$OUT/$2.json" 2>"$OUT/$2.err"
+  python3 scripts/step-floor.py "$OUT/$2.json" "$OUT/copy_rate.txt" "${2#*_}" /tmp/tern-llama8b-q4 \
+    >>"$3" 2>&1
 }
 if [ -n "${GPU_STEP_B:-}" ]; then
   ab_bench() { # carry dir $1 unpacked into $2, label $3, settings $4 (NAME=value[+...])
@@ -75,6 +76,10 @@ if [ -n "${GPU_STEP_MULTI:-}" ]; then
   for e in ${GPU_STEP_MULTI_ENVS:-}; do # every build once more under each setting
     multi_bench $C "base:$e" "$e"
     for v in $GPU_STEP_MULTI; do multi_bench $C/$v "$v:$e" "$e"; done
+  done
+  for pg in ${GPU_STEP_PL:-}; do # every build once more at PROMPT:NEW lengths (GPU_STEP_PL="16:128")
+    STEP_PL=${pg%%:*} STEP_GEN=${pg#*:} multi_bench $C "base@$pg"
+    for v in $GPU_STEP_MULTI; do STEP_PL=${pg%%:*} STEP_GEN=${pg#*:} multi_bench $C/$v "$v@$pg"; done
   done
   for v in base $GPU_STEP_MULTI; do # the serving loop, one request at a time (GPU_STEP_CONC="1")
     d=$C/$v
