@@ -13,7 +13,8 @@
 # build (the base at the top as "base", then each NAME) is benched in turn,
 # GPU_STEP_REPS rounds, on the one model (GPU_STEP_MULTI_ENVS="A=1+B=2 C=3":
 # each once more under each setting; GPU_STEP_PL="16:128": each once more at
-# that prompt length and number of new tokens; GPU_STEP_MULTI_STAMPS=1: one more
+# that prompt length and number of new tokens; GPU_STEP_STAMPS_PL="2048:64": the
+# base stamped at those lengths; GPU_STEP_MULTI_STAMPS=1: one more
 # stamped run of each, summarised; GPU_STEP_CONC="1 8": each build through the
 # serving loop too, `tern bench --concurrency` at each level, 64 new tokens).
 # Everything comes back as one archive, $OUT/step.tar.xz.
@@ -37,10 +38,15 @@ OUT=$OUT bash scripts/gpu-check.sh >"$OUT/check.txt" 2>&1
 . scripts/gpu-carry.sh # cr; $C: the carry gpu-check.sh unpacked
 # One `tern bench` of the generated 4-bit model: binary $1, output $OUT/$2.json
 # (labelled by $2 past its first "_"), its line appended to file $3, settings
-# $4 (NAME=value[+...]).
+# $4 (NAME=value[+...]; STEP_PL=N / STEP_GEN=N there: the prompt and new tokens,
+# 512 and 64 by default).
 step_bench() {
+  local STEP_PL=${STEP_PL:-512} STEP_GEN=${STEP_GEN:-64} kv # STEP_PL / STEP_GEN in $4 set the lengths
+  for kv in $(echo "${4:-}" | tr '+' ' '); do
+    case $kv in STEP_PL=* | STEP_GEN=*) local "$kv" ;; esac
+  done
   cr timeout 60 env $(echo "${4:-}" | tr '+' ' ') "$1" bench --model /tmp/tern-llama8b-q4 --device cuda \
-    --prompt-len ${STEP_PL:-512} --gen ${STEP_GEN:-64} --reps 3 --json >"$OUT/$2.json" 2>"$OUT/$2.err"
+    --prompt-len $STEP_PL --gen $STEP_GEN --reps 3 --json >"$OUT/$2.json" 2>"$OUT/$2.err"
   python3 scripts/step-floor.py "$OUT/$2.json" "$OUT/copy_rate.txt" "${2#*_}" /tmp/tern-llama8b-q4 \
     >>"$3" 2>&1
 }
@@ -99,6 +105,12 @@ if [ -n "${GPU_STEP_MULTI:-}" ]; then
       python3 scripts/step-stamps.py "$OUT/stamps_$v.csv" >>"$OUT/multi_stamps.txt" 2>&1
     done
   fi
+  for pg in ${GPU_STEP_STAMPS_PL:-}; do # the base stamped at other lengths (GPU_STEP_STAMPS_PL="2048:64")
+    multi_bench $C "stamped_base@$pg" \
+      "TERN_CUDA_STEP_STAMPS=$OUT/stamps_base@$pg.csv+STEP_PL=${pg%%:*}+STEP_GEN=${pg#*:}"
+    echo "== base at $pg" >>"$OUT/multi_stamps.txt"
+    python3 scripts/step-stamps.py "$OUT/stamps_base@$pg.csv" >>"$OUT/multi_stamps.txt" 2>&1
+  done
   rm -rf /tmp/tern-llama8b /tmp/tern-llama8b-q4
 fi
 kill $SMI 2>/dev/null
