@@ -78,6 +78,10 @@ def main():
             v = [int(r[k]) / 1e3 - t0 for r in items if int(r.get(k, -1)) >= 0]
             if v:
                 att[k].append(statistics.median(v))
+        # a later pass's K / V rows in (the o op's slot 11: op 0's holds the SM)
+        v = [int(r["sm"]) / 1e3 - t0 for r in items if int(r.get("sm", 0)) > 10**9]
+        if v:
+            att["att_kv_last_pass"].append(statistics.median(v))
         att["x_ready"].append(statistics.median(int(r["x_ready"]) / 1e3 for r in rows[op]) - t0)
         ms = [r for r in items if int(r.get("att_out", -1)) > 0 and int(r.get("att_parts", -1)) > 0]
         for k in ("att_passes", "att_parts", "att_out") if ms else ():

@@ -157,6 +157,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
         asm volatile("cp.async.wait_all;" ::: "memory");
         __syncthreads();
         if (q0 == p0) st_stamp<INSTR>(a, op, 5);
+        else st_stamp<INSTR>(a, op, TK_STEP_STAMP_SM); /* a later pass's rows in (o ops: slot free) */
         if (warp < 8 && (warp & 3) < n16 / 16) {
             /* q . k: warp w, positions 16 (w % 4) .. + 15 against the G heads,
              * half w / 4 of the k-steps (two chains); each half's sums to its
