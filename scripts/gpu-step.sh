@@ -13,8 +13,8 @@
 # build (the base at the top as "base", then each NAME) is benched in turn,
 # GPU_STEP_REPS rounds, on the one model (GPU_STEP_MULTI_ENVS="A=1+B=2 C=3":
 # each once more under each setting; GPU_STEP_PL="16:128": each once more at
-# that prompt length and number of new tokens; GPU_STEP_STAMPS_PL="2048:64": the
-# base stamped at those lengths; GPU_STEP_MULTI_STAMPS=1: one more
+# that prompt length and number of new tokens; GPU_STEP_STAMPS_PL="2048:64": every
+# build stamped at those lengths; GPU_STEP_MULTI_STAMPS=1: one more
 # stamped run of each, summarised; GPU_STEP_CONC="1 8": each build through the
 # serving loop too, `tern bench --concurrency` at each level, 64 new tokens).
 # Everything comes back as one archive, $OUT/step.tar.xz.
@@ -105,11 +105,15 @@ if [ -n "${GPU_STEP_MULTI:-}" ]; then
       python3 scripts/step-stamps.py "$OUT/stamps_$v.csv" >>"$OUT/multi_stamps.txt" 2>&1
     done
   fi
-  for pg in ${GPU_STEP_STAMPS_PL:-}; do # the base stamped at other lengths (GPU_STEP_STAMPS_PL="2048:64")
-    multi_bench $C "stamped_base@$pg" \
-      "TERN_CUDA_STEP_STAMPS=$OUT/stamps_base@$pg.csv+STEP_PL=${pg%%:*}+STEP_GEN=${pg#*:}"
-    echo "== base at $pg" >>"$OUT/multi_stamps.txt"
-    python3 scripts/step-stamps.py "$OUT/stamps_base@$pg.csv" >>"$OUT/multi_stamps.txt" 2>&1
+  for pg in ${GPU_STEP_STAMPS_PL:-}; do # every build stamped at other lengths (GPU_STEP_STAMPS_PL="2048:64")
+    for v in base $GPU_STEP_MULTI; do
+      d=$C/$v
+      [ $v = base ] && d=$C
+      multi_bench $d "stamped_$v@$pg" \
+        "TERN_CUDA_STEP_STAMPS=$OUT/stamps_$v@$pg.csv+STEP_PL=${pg%%:*}+STEP_GEN=${pg#*:}"
+      echo "== $v at $pg" >>"$OUT/multi_stamps.txt"
+      python3 scripts/step-stamps.py "$OUT/stamps_$v@$pg.csv" >>"$OUT/multi_stamps.txt" 2>&1
+    done
   done
   rm -rf /tmp/tern-llama8b /tmp/tern-llama8b-q4
 fi
