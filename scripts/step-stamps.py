@@ -79,7 +79,7 @@ def main():
             if v:
                 att[k].append(statistics.median(v))
         # a later pass's K / V rows in (the o op's slot 11: op 0's holds the SM)
-        v = [int(r["sm"]) / 1e3 - t0 for r in items if int(r.get("sm", 0)) > 10**9]
+        v = [int(r["sm"]) / 1e3 - t0 for r in items if int(r.get("sm", -1)) >= 0]
         if v:
             att["att_kv_last_pass"].append(statistics.median(v))
         att["x_ready"].append(statistics.median(int(r["x_ready"]) / 1e3 for r in rows[op]) - t0)

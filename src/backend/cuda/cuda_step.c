@@ -351,7 +351,8 @@ static void write_gaps(struct tern_step_plan *p, size_t n, const char *path)
 }
 
 /* The last step's stamps as CSV (op, kind, block, then the stamps in ns
- * from the step's first; op 0's last column the block's SM id; op 0's
+ * from the step's first; op 0's last column the block's SM id, an o op's
+ * its attention item's last pass's K / V rows in (if it had two); op 0's
  * att_q / att_kv its entry and the block's exit in the launch before, the
  * head's att_q the block's exit), for scripts/step-stamps.py; the launch
  * gaps beside it (write_gaps). */
@@ -378,7 +379,8 @@ static void write_stamps(struct tern_cuda *c, struct tern_step_plan *p, const ch
                 fprintf(fp, "%d,%d,%d", op, op == p->n_ops - 1 ? 4 : op % 4, b);
                 for (int k = 0; k < TK_STEP_STAMP_SM; k++) /* 0: not stamped (no item) */
                     fprintf(fp, ",%lld", e[k] ? (long long)(e[k] - t0) : -1ll);
-                fprintf(fp, ",%lld", op == 0 ? (long long)e[TK_STEP_STAMP_SM] : -1ll);
+                unsigned long long e11 = e[TK_STEP_STAMP_SM]; /* op 0: the SM; o ops: a time */
+                fprintf(fp, ",%lld", op == 0 ? (long long)e11 : e11 ? (long long)(e11 - t0) : -1ll);
                 for (int k = TK_STEP_STAMP_DIAG; k < TK_STEP_STAMPS; k++) /* SM cycles, summed */
                     fprintf(fp, ",%llu", e[k]);
                 fprintf(fp, "\n");
