@@ -10,8 +10,9 @@ epilogue done), its x ready (norm / attention / LL wait done), its GEMV
 done, its epilogue done. Prints, per op kind averaged over the layers, the
 median over blocks of each interval, the spread of the x-ready stamps, and
 the step's total; then the attention's steps (all items, and the blocks
-that merge the splits), how far each op's slowest GEMV ends after the
-median block's, and gate_up's GEMV per block and SM; then the launch's
+that merge the splits; att_kv_last_pass: an item's last pass's K / V rows
+in, when it had more than one), how far each op's slowest GEMV ends after
+the median block's, and gate_up's GEMV per block and SM; then the launch's
 prologue (each block's first instruction to op 0's start) and, from
 STAMPS.csv.gaps when it is there, the gaps between launches (the latest
 block exit of one launch to the next launch's first instruction: the ops

@@ -234,7 +234,8 @@ static __device__ __forceinline__ void st_l2_ahead(st_cur c, const char *src, in
  * the op's start, x ready, GEMV done, epilogue done; 4-8 its attention
  * item's q ready, first K / V rows in, passes done, partials in (merger)
  * or out, output out; 9-10 its first pass's q . k and softmax done; op
- * 0's 11 the block's SM (TK_STEP_STAMP_SM). */
+ * 0's 11 the block's SM (TK_STEP_STAMP_SM), an o op's its item's last
+ * pass's K / V rows in (when it had more than one pass). */
 template <bool INSTR> /* this block's row of op's stamps */
 static __device__ __forceinline__ unsigned long long *st_stamps(const tk_step_args &a, int op)
 {
