@@ -41,7 +41,7 @@ OUT=$OUT bash scripts/gpu-check.sh >"$OUT/check.txt" 2>&1
 # $4 (NAME=value[+...]; STEP_PL=N / STEP_GEN=N there: the prompt and new tokens,
 # 512 and 64 by default).
 step_bench() {
-  local STEP_PL=${STEP_PL:-512} STEP_GEN=${STEP_GEN:-64} kv # STEP_PL / STEP_GEN in $4 set the lengths
+  local STEP_PL=512 STEP_GEN=64 kv
   for kv in $(echo "${4:-}" | tr '+' ' '); do
     case $kv in STEP_PL=* | STEP_GEN=*) local "$kv" ;; esac
   done
@@ -69,6 +69,9 @@ if [ -n "${GPU_STEP_MULTI:-}" ]; then
   multi_bench() { # binary dir $1, label $2, settings $3 (NAME=value[+...])
     step_bench "$1/tern" "multi_$2" "$OUT/multi.txt" "${3:-}"
   }
+  build_dir() { # the unpacked build of name $1 (base: the carry's top)
+    if [ "$1" = base ]; then echo $C; else echo $C/$1; fi
+  }
   for v in $GPU_STEP_MULTI; do
     echo "== $v: commit $(cat $C/$v/commit)" >>"$OUT/multi_tests.txt"
     cr timeout 90 $C/$v/test_step_cuda >"$OUT/test_step_cuda_$v.log" 2>&1
@@ -84,12 +87,12 @@ if [ -n "${GPU_STEP_MULTI:-}" ]; then
     for v in $GPU_STEP_MULTI; do multi_bench $C/$v "$v:$e" "$e"; done
   done
   for pg in ${GPU_STEP_PL:-}; do # every build once more at PROMPT:NEW lengths (GPU_STEP_PL="16:128")
-    STEP_PL=${pg%%:*} STEP_GEN=${pg#*:} multi_bench $C "base@$pg"
-    for v in $GPU_STEP_MULTI; do STEP_PL=${pg%%:*} STEP_GEN=${pg#*:} multi_bench $C/$v "$v@$pg"; done
+    for v in base $GPU_STEP_MULTI; do
+      multi_bench "$(build_dir $v)" "$v@$pg" "STEP_PL=${pg%%:*}+STEP_GEN=${pg#*:}"
+    done
   done
   for v in base $GPU_STEP_MULTI; do # the serving loop, one request at a time (GPU_STEP_CONC="1")
-    d=$C/$v
-    [ $v = base ] && d=$C
+    d=$(build_dir $v)
     for cc in ${GPU_STEP_CONC:-}; do
       cr timeout 120 $d/tern bench --model /tmp/tern-llama8b-q4 --device cuda --concurrency $cc \
         --max-seqs $cc --prompt-len 512 --gen 64 >"$OUT/conc_${v}_$cc.txt" 2>&1
@@ -98,8 +101,7 @@ if [ -n "${GPU_STEP_MULTI:-}" ]; then
   done
   if [ "${GPU_STEP_MULTI_STAMPS:-0}" = 1 ]; then
     for v in base $GPU_STEP_MULTI; do
-      d=$C/$v
-      [ $v = base ] && d=$C
+      d=$(build_dir $v)
       multi_bench $d "stamped_$v" "TERN_CUDA_STEP_STAMPS=$OUT/stamps_$v.csv"
       echo "== $v" >>"$OUT/multi_stamps.txt"
       python3 scripts/step-stamps.py "$OUT/stamps_$v.csv" >>"$OUT/multi_stamps.txt" 2>&1
@@ -107,8 +109,7 @@ if [ -n "${GPU_STEP_MULTI:-}" ]; then
   fi
   for pg in ${GPU_STEP_STAMPS_PL:-}; do # every build stamped at other lengths (GPU_STEP_STAMPS_PL="2048:64")
     for v in base $GPU_STEP_MULTI; do
-      d=$C/$v
-      [ $v = base ] && d=$C
+      d=$(build_dir $v)
       multi_bench $d "stamped_$v@$pg" \
         "TERN_CUDA_STEP_STAMPS=$OUT/stamps_$v@$pg.csv+STEP_PL=${pg%%:*}+STEP_GEN=${pg#*:}"
       echo "== $v at $pg" >>"$OUT/multi_stamps.txt"

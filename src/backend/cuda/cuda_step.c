@@ -352,10 +352,10 @@ static void write_gaps(struct tern_step_plan *p, size_t n, const char *path)
 
 /* The last step's stamps as CSV (op, kind, block, then the stamps in ns
  * from the step's first; op 0's last column the block's SM id, an o op's
- * its attention item's last pass's K / V rows in (if it had two); op 0's
- * att_q / att_kv its entry and the block's exit in the launch before, the
- * head's att_q the block's exit), for scripts/step-stamps.py; the launch
- * gaps beside it (write_gaps). */
+ * its attention item's last pass's K / V rows in (if it had more than
+ * one); op 0's att_q / att_kv its entry and the block's exit in the launch
+ * before, the head's att_q the block's exit), for scripts/step-stamps.py;
+ * the launch gaps beside it (write_gaps). */
 static void write_stamps(struct tern_cuda *c, struct tern_step_plan *p, const char *path)
 {
     size_t n = (size_t)p->n_ops * (size_t)p->grid * TK_STEP_STAMPS;
