@@ -126,18 +126,15 @@ int tu_run(const char *cmd, char **out, char **err)
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-char *tu_shared_file(const char *rel)
+char *tu_data_file(const char *rel)
 {
     char *src = NULL;
     struct tern_str s = {0};
-    tern_str_appendf(&s, "%s/%s.xz", TERN_SHARED, rel);
+    tern_str_appendf(&s, "%s/%s.xz", TERN_DATA, rel);
     src = tern_str_take(&s);
-    if (!tern_file_exists(src)) {
-        tern_free(src);
-        return NULL;
-    }
+    if (!tern_file_exists(src)) fail_msg("fixture data missing: %s", src);
     struct tern_str dst = {0};
-    tern_str_appendf(&dst, "%s/shared/%s", TERN_BUILD_DIR, rel);
+    tern_str_appendf(&dst, "%s/data/%s", TERN_BUILD_DIR, rel);
     char *path = tern_str_take(&dst);
     if (!tern_file_exists(path)) {
         struct tern_str cmd = {0};
@@ -151,6 +148,17 @@ char *tu_shared_file(const char *rel)
         if (rc != 0) fail_msg("could not decompress %s", src);
     }
     tern_free(src);
+    return path;
+}
+
+char *tu_tokenizer_dir(const char *name)
+{
+    char rel[128];
+    snprintf(rel, sizeof rel, "tokenizers/%s/tokenizer_config.json", name);
+    tern_free(tu_data_file(rel));
+    snprintf(rel, sizeof rel, "tokenizers/%s/tokenizer.json", name);
+    char *path = tu_data_file(rel);
+    *strrchr(path, '/') = '\0';
     return path;
 }
 

@@ -74,10 +74,13 @@ int tu_fixture_dirs(const char *sub, const char *marker, char ***dirs);
  * tern_free'd strings; returns the exit status (or -1). */
 int tu_run(const char *cmd, char **out, char **err);
 
-/* Decompresses ../shared/data/<rel>.xz into the build tree once and returns
- * the path of the plain file (tern_free), or NULL when shared data is absent
- * (the test should skip). */
-char *tu_shared_file(const char *rel);
+/* Decompresses tests/fixtures/data/<rel>.xz into the build tree once and
+ * returns the path of the plain file (tern_free); fails the test when the
+ * file is missing. */
+char *tu_data_file(const char *rel);
+/* tu_data_file for tokenizers/<name>/{tokenizer.json, tokenizer_config.json};
+ * returns the folder holding them (tern_free). */
+char *tu_tokenizer_dir(const char *name);
 
 /* Writes bytes to a fresh temporary file and returns its path (tern_free). */
 char *tu_write_temp(const char *name, const void *data, size_t len);

@@ -2,7 +2,7 @@
 """bench_tokenizer.py — tern's tokenizer vs Hugging Face `tokenizers` (Rust).
 
 Builds a deterministic ~1 MB mixed corpus (English prose, code, CJK,
-Cyrillic, Arabic, Hindi, emoji, numbers, whitespace), then for each shared
+Cyrillic, Arabic, Hindi, emoji, numbers, whitespace), then for each fixture
 tokenizer times, on one thread, encoding the whole corpus as ONE string:
 
   - HF: Tokenizer.from_file(...).encode(corpus, add_special_tokens=False)
@@ -33,7 +33,7 @@ os.environ["RAYON_RS_NUM_CPUS"] = "1"
 from tokenizers import Tokenizer  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.environ.get("TERN_SHARED_DATA", os.path.join(ROOT, "..", "shared", "data"))
+DATA = os.path.join(ROOT, "tests", "fixtures", "data")
 
 PARAS = [
     "The quick brown fox jumps over the lazy dog. It was the best of times, it was the worst of "
@@ -85,7 +85,7 @@ def unpack(name, tmp):
     d = os.path.join(tmp, name)
     os.makedirs(d, exist_ok=True)
     for f in ("tokenizer.json", "tokenizer_config.json"):
-        src = os.path.join(SHARED, "tokenizers", name, f + ".xz")
+        src = os.path.join(DATA, "tokenizers", name, f + ".xz")
         with lzma.open(src) as a, open(os.path.join(d, f), "wb") as b:
             b.write(a.read())
     return d

@@ -14,7 +14,7 @@ Writes tests/fixtures/templates/:
 
 Run:  python3 -m venv tools/.venv && tools/.venv/bin/pip install jinja2 transformers
       tools/.venv/bin/python tools/make_template_goldens.py
-Templates are read in place from ../shared/data (never copied).
+Templates are read from tests/fixtures/data.
 """
 import json
 import lzma
@@ -26,7 +26,7 @@ import jinja2
 from transformers.utils.chat_template_utils import _compile_jinja_template
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.environ.get("TERN_SHARED_DATA", os.path.join(ROOT, "..", "shared", "data"))
+DATA = os.path.join(ROOT, "tests", "fixtures", "data")
 OUT = os.path.join(ROOT, "tests", "fixtures", "templates")
 
 TOOLS = [
@@ -103,7 +103,7 @@ def render(src, ctx):
 
 def shared_templates():
     out = []
-    tok = os.path.join(SHARED, "tokenizers")
+    tok = os.path.join(DATA, "tokenizers")
     for name in sorted(os.listdir(tok)):
         p = os.path.join(tok, name, "tokenizer_config.json.xz")
         if not os.path.exists(p):
@@ -113,7 +113,7 @@ def shared_templates():
             ct = next((t["template"] for t in ct if t.get("name") == "default"), None)
         if isinstance(ct, str):
             out.append((name, "xz:tokenizers/%s/tokenizer_config.json" % name, ct))
-    peer = os.path.join(SHARED, "peer-tests", "chat-templates")
+    peer = os.path.join(DATA, "peer-tests", "chat-templates")
     for f in sorted(os.listdir(peer)):
         if f.endswith(".jinja"):
             out.append((f[:-6], "file:peer-tests/chat-templates/" + f, open(os.path.join(peer, f)).read()))

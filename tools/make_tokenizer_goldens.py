@@ -3,7 +3,7 @@
 
 Encodes a varied corpus (code, many scripts, emoji ZWJ sequences, whitespace
 runs, digits, special tokens next to text, invalid UTF-8, very long words)
-with Hugging Face `tokenizers` for each shared tokenizer (qwen3, llama3_1,
+with Hugging Face `tokenizers` for each fixture tokenizer (qwen3, llama3_1,
 gemma3, mistral), with and without add_special_tokens, and decodes the ids
 back (skip_special_tokens False and True). Writes JSON lines to
 tests/fixtures/text/tok_goldens_<name>.jsonl:
@@ -19,7 +19,7 @@ raw bytes) is given to the oracle as bytes.decode("utf-8", errors="replace");
 tern replaces each maximal invalid subsequence by U+FFFD the same way before
 encoding, so the ids must match exactly.
 
-The tokenizer files are read from ../shared/data/tokenizers/<name>/*.xz
+The tokenizer files are read from tests/fixtures/data/tokenizers/<name>/*.xz
 (decompressed to a temporary directory; never copied into the repo).
 
 usage: tools/.venv/bin/python tools/make_tokenizer_goldens.py
@@ -35,7 +35,7 @@ import tempfile
 from tokenizers import Tokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.environ.get("TERN_SHARED_DATA", os.path.join(ROOT, "..", "shared", "data"))
+DATA = os.path.join(ROOT, "tests", "fixtures", "data")
 OUT = os.path.join(ROOT, "tests", "fixtures", "text")
 NAMES = ["qwen3", "llama3_1", "gemma3", "mistral"]
 
@@ -137,15 +137,15 @@ def corpus():
 def load(name, tmp):
     d = os.path.join(tmp, name)
     os.makedirs(d, exist_ok=True)
-    src = os.path.join(SHARED, "tokenizers", name, "tokenizer.json.xz")
+    src = os.path.join(DATA, "tokenizers", name, "tokenizer.json.xz")
     with lzma.open(src) as f, open(os.path.join(d, "tokenizer.json"), "wb") as g:
         g.write(f.read())
     return Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
 
 
 def main():
-    if not os.path.isdir(SHARED):
-        sys.exit("shared data not found at %s" % SHARED)
+    if not os.path.isdir(DATA):
+        sys.exit("fixture data not found at %s" % DATA)
     os.makedirs(OUT, exist_ok=True)
     cases = corpus()
     with tempfile.TemporaryDirectory() as tmp:

@@ -33,7 +33,7 @@ static struct tern_chat_template *tmpl_file(const char *path)
 static void expect_file(const char *name, enum srv_tool_fmt want)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/peer-tests/chat-templates/%s.jinja", TERN_SHARED, name);
+    snprintf(path, sizeof path, "%s/peer-tests/chat-templates/%s.jinja", TERN_DATA, name);
     struct tern_chat_template *t = tmpl_file(path);
     assert_int_equal(srv_tool_format_detect(t, NULL), want);
     tern_chat_template_destroy(t);

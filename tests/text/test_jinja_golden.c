@@ -1,6 +1,6 @@
 /*
  * test_jinja_golden.c — chat templates rendered byte for byte as transformers
- * renders them: every shared template (../shared/data, read in place) over
+ * renders them: every shared template (tests/fixtures/data) over
  * every conversation in tests/fixtures/templates (made by
  * tools/make_template_goldens.py), and the interpreter's feature cases
  * (unit.json), all with outputs computed by jinja2 itself. Errors the oracle
@@ -62,8 +62,7 @@ static bool check(const char *what, struct tern_chat_template *t, const char *cr
 static char *template_source(const char *where)
 {
     if (strncmp(where, "xz:", 3) == 0) {
-        char *path = tu_shared_file(where + 3);
-        if (!path) return NULL;
+        char *path = tu_data_file(where + 3);
         json_t *cfg = load_json_flags(path, JSON_DECODE_INT_AS_REAL); /* huge model_max_length */
         tern_free(path);
         const char *s = json_string_value(json_object_get(cfg, "chat_template"));
@@ -73,8 +72,9 @@ static char *template_source(const char *where)
     }
     struct tern_str p = {0};
     size_t len;
-    tern_str_appendf(&p, "%s/%s", TERN_SHARED, where + 5);
-    char *src = tern_file_exists(p.data) ? read_text(p.data, &len) : NULL;
+    tern_str_appendf(&p, "%s/%s", TERN_DATA, where + 5);
+    char *src = read_text(p.data, &len);
+    if (!src) fail_msg("fixture data missing: %s", p.data);
     tern_str_deinit(&p);
     return src;
 }
@@ -89,7 +89,7 @@ static void test_shared_templates(void **state)
     json_array_foreach(tmpls, i, ti) {
         const char *name = json_string_value(json_object_get(ti, "name"));
         char *src = template_source(json_string_value(json_object_get(ti, "source")));
-        if (!src) continue; /* shared data absent: nothing to compare */
+        if (!src) fail_msg("template %s: no chat_template in its source", name);
         n_tmpl++;
         struct tern_chat_template *t = NULL;
         enum tern_status st = tern_chat_template_create(src, strlen(src), &t);

@@ -2,23 +2,12 @@
  * test_tok_cli.c — `tern tokenize` / `tern detokenize` end to end with the
  * shared Qwen3 and Mistral tokenizers: plain and --json output,
  * --add-special, --skip-special, and one-line errors with a non-zero exit for
- * a missing directory, junk ids and out-of-range ids. Skips without ../shared.
+ * a missing directory, junk ids and out-of-range ids.
  */
 #include "testutil.h"
 
 #include <stdio.h>
 #include <string.h>
-
-static char *tok_dir(const char *name)
-{
-    char rel[128];
-    snprintf(rel, sizeof rel, "tokenizers/%s/tokenizer_config.json", name);
-    tern_free(tu_shared_file(rel));
-    snprintf(rel, sizeof rel, "tokenizers/%s/tokenizer.json", name);
-    char *path = tu_shared_file(rel);
-    if (path) *strrchr(path, '/') = '\0';
-    return path;
-}
 
 static int run(const char *stdin_text, const char *args, char **out, char **err)
 {
@@ -32,13 +21,7 @@ static int run(const char *stdin_text, const char *args, char **out, char **err)
 static void test_cli(void **state)
 {
     (void)state;
-    char *qwen = tok_dir("qwen3"), *mistral = tok_dir("mistral");
-    if (!qwen || !mistral) {
-        print_message("shared data absent: skipping\n");
-        tern_free(qwen);
-        tern_free(mistral);
-        skip();
-    }
+    char *qwen = tu_tokenizer_dir("qwen3"), *mistral = tu_tokenizer_dir("mistral");
     char args[1024], *out, *err;
     snprintf(args, sizeof args, "tokenize --tokenizer %s", qwen);
     assert_int_equal(run("Hello world", args, &out, &err), 0);

@@ -4,7 +4,7 @@
  * tests/fixtures/text/tok_goldens_<name>.jsonl): ids with and without special
  * tokens, decode with and without skip_special, and the streaming
  * detokenizer (pieces pushed one id at a time must concatenate to the whole
- * decode). Skips when ../shared is absent.
+ * decode).
  */
 #include "testutil.h"
 #include "text/tok_internal.h"
@@ -12,17 +12,6 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
-
-static char *tok_dir(const char *name)
-{
-    char rel[128];
-    snprintf(rel, sizeof rel, "tokenizers/%s/tokenizer_config.json", name);
-    tern_free(tu_shared_file(rel));
-    snprintf(rel, sizeof rel, "tokenizers/%s/tokenizer.json", name);
-    char *path = tu_shared_file(rel);
-    if (path) *strrchr(path, '/') = '\0';
-    return path;
-}
 
 static void ids_from_json(json_t *arr, int32_t *out, size_t *n)
 {
@@ -117,11 +106,7 @@ static int check_case(const struct tern_tokenizer *tok, json_t *rec, int32_t *wa
 
 static void run_golden(const char *name)
 {
-    char *dir = tok_dir(name);
-    if (!dir) {
-        print_message("shared data absent: skipping %s\n", name);
-        skip();
-    }
+    char *dir = tu_tokenizer_dir(name);
     struct tern_tokenizer *tok = NULL;
     uint64_t t0 = tern_now_ns();
     if (tern_tokenizer_open(dir, &tok) != TERN_OK) fail_msg("%s", tern_last_error());

@@ -1,5 +1,5 @@
 /*
- * test_tok_peer.c — llama.cpp's tokenizer test cases (../shared/data/
+ * test_tok_peer.c — llama.cpp's tokenizer test cases (tests/fixtures/data/
  * peer-tests/tokenizer-cases) against the real tokenizers: qwen2 cases with
  * the Qwen3 tokenizer, llama-bpe cases with Llama 3.1. Inputs are separated
  * by "\n__ggml_vocab_test__\n" (llama.cpp's test-tokenizer-0 split), expected
@@ -13,26 +13,9 @@
 
 #define SEP "\n__ggml_vocab_test__\n"
 
-static char *tok_dir(const char *name)
+static void run_cases(const char *tok_name, const char *cases)
 {
-    char rel[128];
-    snprintf(rel, sizeof rel, "tokenizers/%s/tokenizer_config.json", name);
-    char *cfg = tu_shared_file(rel);
-    snprintf(rel, sizeof rel, "tokenizers/%s/tokenizer.json", name);
-    char *path = tu_shared_file(rel);
-    tern_free(cfg);
-    if (!path) return NULL;
-    *strrchr(path, '/') = '\0';
-    return path;
-}
-
-static int run_cases(const char *tok_name, const char *cases)
-{
-    char *dir = tok_dir(tok_name);
-    if (!dir) {
-        print_message("shared data absent: skipping %s\n", cases);
-        return -1;
-    }
+    char *dir = tu_tokenizer_dir(tok_name);
     struct tern_tokenizer *tok = NULL;
     uint64_t t0 = tern_now_ns();
     if (tern_tokenizer_open(dir, &tok) != TERN_OK) fail_msg("%s", tern_last_error());
@@ -40,9 +23,9 @@ static int run_cases(const char *tok_name, const char *cases)
     char path[512];
     char *inp = NULL, *exp = NULL;
     size_t inp_len, exp_len;
-    snprintf(path, sizeof path, "%s/peer-tests/tokenizer-cases/%s.inp", TERN_SHARED, cases);
+    snprintf(path, sizeof path, "%s/peer-tests/tokenizer-cases/%s.inp", TERN_DATA, cases);
     assert_int_equal(tern_file_read(path, &inp, &inp_len), TERN_OK);
-    snprintf(path, sizeof path, "%s/peer-tests/tokenizer-cases/%s.out", TERN_SHARED, cases);
+    snprintf(path, sizeof path, "%s/peer-tests/tokenizer-cases/%s.out", TERN_DATA, cases);
     assert_int_equal(tern_file_read(path, &exp, &exp_len), TERN_OK);
     int n_cases = 0, n_fail = 0;
     char *p = inp, *line = exp;
@@ -76,19 +59,18 @@ static int run_cases(const char *tok_name, const char *cases)
     tern_tokenizer_close(tok);
     tern_free(dir);
     assert_int_equal(n_fail, 0);
-    return n_cases;
 }
 
 static void test_qwen2(void **state)
 {
     (void)state;
-    if (run_cases("qwen3", "qwen2") < 0) skip();
+    run_cases("qwen3", "qwen2");
 }
 
 static void test_llama_bpe(void **state)
 {
     (void)state;
-    if (run_cases("llama3_1", "llama-bpe") < 0) skip();
+    run_cases("llama3_1", "llama-bpe");
 }
 
 int main(void)
