@@ -286,19 +286,6 @@ struct tern_backend_ops {
                                           const struct tern_attn_params *p,
                                           const struct tern_batch_dev *batch,
                                           struct tern_kv_layer *kv);
-    /* optional (NULL = absent: callers issue qk_rope_store, then
-     * attention): both in one op, with their arguments (out as attention's).
-     * The same bits in out and the caches as that pair of ops on the same
-     * backend; qkv's q and k heads are left unspecified (CUDA's decode
-     * kernel, which folds the prologue into the attention of a batch whose
-     * every sequence has one query token, leaves them as they were). The
-     * cache rows a sequence reads must not be written by another token of
-     * the batch. */
-    enum tern_status (*qk_rope_store_attention)(
-        struct tern_backend *be, struct tern_dtensor *qkv, const struct tern_dtensor *q_norm,
-        const struct tern_dtensor *k_norm, float eps, const struct tern_rope *rope,
-        const struct tern_attn_params *p, const struct tern_batch_dev *batch,
-        struct tern_kv_layer *kv, struct tern_dtensor *out);
     /* out = silu(gate) * up, where gate_up: [T, 2*ff] holds gate in columns
      * [0, ff) and up in [ff, 2ff); out: [T, ff]. */
     enum tern_status (*silu_mul)(struct tern_backend *be, const struct tern_dtensor *gate_up,
@@ -313,34 +300,6 @@ struct tern_backend_ops {
     enum tern_status (*matmul_glu)(struct tern_backend *be, const struct tern_dtensor *x,
                                    const struct tern_linear *w, struct tern_dtensor *gate_up,
                                    struct tern_dtensor *act);
-    /* optional (NULL = absent: callers issue matmul into proj, then
-     * add_rmsnorm(residual, proj, norm_w, eps, h)): a projection and the
-     * residual add + RMSNorm after it in one op. w: [dim, in]; x [T, in];
-     * residual [T, dim] (F32 or act dtype); proj [T, dim] is scratch the
-     * backend may write (the CPU composes through it; CUDA can add each
-     * output to the residual in the decode GEMV's epilogue, the last block
-     * normalising, and leave proj alone: cuda_matmul.c says when); h [T,
-     * dim]. norm_w NULL: only
-     * residual += proj (add), h untouched. Results equal that sequence
-     * (bitwise on CPU and CUDA). */
-    enum tern_status (*matmul_add_rmsnorm)(struct tern_backend *be, const struct tern_dtensor *x,
-                                           const struct tern_linear *w,
-                                           struct tern_dtensor *residual,
-                                           struct tern_dtensor *proj,
-                                           const struct tern_dtensor *norm_w, float eps,
-                                           struct tern_dtensor *h);
-    /* optional (NULL = absent: callers issue rmsnorm(x, norm_w, eps, h),
-     * then matmul(h, w, out, 0), or matmul_glu(h, w, gate_up, out) when
-     * gate_up is non-NULL): a linear layer on the RMSNorm of its input in one
-     * op. x [T, in] (the F32 residual rows), norm_w [in], h [T, in] (act
-     * dtype) scratch the backend may write (CUDA normalises inside the
-     * 4-bit decode GEMV's prologue where it can, and leaves h alone); out
-     * [T, out] (glu: [T, ff] with gate_up [T, 2 ff] scratch). Results equal
-     * that sequence (bitwise on CPU and CUDA). */
-    enum tern_status (*norm_matmul)(struct tern_backend *be, const struct tern_dtensor *x,
-                                    const struct tern_dtensor *norm_w, float eps,
-                                    const struct tern_linear *w, struct tern_dtensor *h,
-                                    struct tern_dtensor *gate_up, struct tern_dtensor *out);
     /* out = a + b, elementwise, same shapes (out may alias a). */
     enum tern_status (*add)(struct tern_backend *be, const struct tern_dtensor *a,
                             const struct tern_dtensor *b, struct tern_dtensor *out);

@@ -15,20 +15,11 @@
  *                                                    has that, for archs without
  *                                                    head norms)
  *     attn = attention(q, paged cache)               causal, GQA, sliding window
- *                                                    (with the two lines above one
- *                                                    qk_rope_store_attention op
- *                                                    where the backend has it)
  *     residual += attn o_proj;  h = rmsnorm(residual)
  *     residual += down(silu(h gate) * (h up))       (one matmul_glu for the fused
  *                                                    gate/up where the backend has it)
- *     h = rmsnorm(residual)                         (the next layer's input norm;
- *                                                    each projection + add + norm is
- *                                                    one matmul_add_rmsnorm where the
- *                                                    backend has it)
+ *     h = rmsnorm(residual)                         (the next layer's input norm)
  *   logits = lm_head(rmsnorm(residual[logits_idx]))
- * Where the backend has norm_matmul (CUDA opt-in), o_proj and down_proj only
- * add into the residual and qkv / gate_up normalise it themselves (one
- * norm_matmul each): the same bits, other kernels (compute()).
  */
 #include "model/model.h"
 
@@ -278,30 +269,23 @@ static struct tern_dtensor rows_of(const struct tern_dtensor *t, int64_t rows)
 }
 
 /* residual += x W^T; h = rmsnorm(residual) * norm_w (norm_w NULL: the add
- * only). One op where the backend fuses it, else matmul into proj and
- * add_rmsnorm / add: the same bits either way. */
+ * only, after the last layer: the final norm runs over the logits rows). */
 static enum tern_status proj_add_norm(struct tern_model_core *m, struct tern_fwd *f,
                                       const struct tern_dtensor *x, const struct tern_linear *w,
                                       const struct tern_dtensor *norm_w, int64_t T)
 {
     const struct tern_backend_ops *ops = m->be->ops;
     struct tern_backend *be = m->be;
-    float eps = m->hp.rms_norm_eps;
     struct tern_dtensor res = rows_of(&f->residual, T), h = rows_of(&f->h, T);
     struct tern_dtensor proj = rows_of(&f->proj, T);
-    if (ops->matmul_add_rmsnorm)
-        return ops->matmul_add_rmsnorm(be, x, w, &res, &proj, norm_w, eps, &h);
     TERN_TRY(ops->matmul(be, x, w, &proj, 0));
     if (!norm_w) return ops->add(be, &res, &proj, &res);
-    return ops->add_rmsnorm(be, &res, &proj, norm_w, eps, &h);
+    return ops->add_rmsnorm(be, &res, &proj, norm_w, m->hp.rms_norm_eps, &h);
 }
 
-/* in_norm non-NULL (the norm_matmul flow, see compute): h does not hold
- * the layer's input; qkv comes from the residual through in_norm in one op,
- * and the o_proj only adds into the residual (the MLP's gate_up normalises). */
 static enum tern_status attention_block(struct tern_model_core *m, struct tern_fwd *f,
                                         const struct tern_layer *ly, struct tern_kv_layer *kvl,
-                                        const struct tern_dtensor *in_norm, int64_t T)
+                                        int64_t T)
 {
     const struct tern_backend_ops *ops = m->be->ops;
     struct tern_backend *be = m->be;
@@ -310,13 +294,9 @@ static enum tern_status attention_block(struct tern_model_core *m, struct tern_f
     int64_t kvd = (int64_t)hp->num_key_value_heads * hp->head_dim;
     struct tern_dtensor h = rows_of(&f->h, T), qkv = rows_of(&f->qkv, T);
     struct tern_dtensor attn = rows_of(&f->attn, T);
-    const struct tern_dtensor *post = in_norm ? NULL : &ly->post_attention_layernorm;
+    const struct tern_dtensor *post = &ly->post_attention_layernorm;
     bool fused = ly->qkv_proj.weight.buf != NULL;
-    if (in_norm) {
-        struct tern_dtensor res = rows_of(&f->residual, T);
-        TERN_TRY(ops->norm_matmul(be, &res, in_norm, hp->rms_norm_eps, &ly->qkv_proj, &h, NULL,
-                                  &qkv));
-    } else if (fused && ops->matmul_rope_store && ops->qk_rope_store && !m->arch->qk_norm) {
+    if (fused && ops->matmul_rope_store && ops->qk_rope_store && !m->arch->qk_norm) {
         /* the projection, rope and the cache stores in one op */
         TERN_TRY(ops->matmul_rope_store(be, &h, &ly->qkv_proj, &qkv, &m->rope, &m->attn,
                                         &f->batch, kvl));
@@ -332,14 +312,9 @@ static enum tern_status attention_block(struct tern_model_core *m, struct tern_f
     if (ops->qk_rope_store) { /* head norms, rope and the KV store in one op */
         bool qn = m->arch->qk_norm;
         const struct tern_dtensor *qw = qn ? &ly->q_norm : NULL, *kw = qn ? &ly->k_norm : NULL;
-        if (ops->qk_rope_store_attention) { /* and the attention too */
-            TERN_TRY(ops->qk_rope_store_attention(be, &qkv, qw, kw, hp->rms_norm_eps, &m->rope,
-                                                  &m->attn, &f->batch, kvl, &attn));
-        } else {
-            TERN_TRY(ops->qk_rope_store(be, &qkv, qw, kw, hp->rms_norm_eps, &m->rope, &m->attn,
-                                        &f->batch, kvl));
-            TERN_TRY(ops->attention(be, &qkv, kvl, &f->batch, &m->attn, &attn));
-        }
+        TERN_TRY(ops->qk_rope_store(be, &qkv, qw, kw, hp->rms_norm_eps, &m->rope, &m->attn,
+                                    &f->batch, kvl));
+        TERN_TRY(ops->attention(be, &qkv, kvl, &f->batch, &m->attn, &attn));
         return proj_add_norm(m, f, &attn, &ly->o_proj, post, T);
     }
     if (m->arch->qk_norm) {
@@ -361,22 +336,15 @@ static enum tern_status attention_block(struct tern_model_core *m, struct tern_f
 }
 
 /* The MLP, its down projection added into the residual and normalised with
- * next_norm (the next layer's input norm; NULL after the last layer, and in
- * the norm_matmul flow, nm, where gate_up normalises the residual itself). */
+ * next_norm (the next layer's input norm; NULL after the last layer). */
 static enum tern_status mlp_block(struct tern_model_core *m, struct tern_fwd *f,
                                   const struct tern_layer *ly, const struct tern_dtensor *next_norm,
-                                  bool nm, int64_t T)
+                                  int64_t T)
 {
     const struct tern_backend_ops *ops = m->be->ops;
     struct tern_backend *be = m->be;
     struct tern_dtensor h = rows_of(&f->h, T), gu = rows_of(&f->gate_up, T);
     struct tern_dtensor act = rows_of(&f->act, T);
-    if (nm) {
-        struct tern_dtensor res = rows_of(&f->residual, T);
-        TERN_TRY(ops->norm_matmul(be, &res, &ly->post_attention_layernorm, m->hp.rms_norm_eps,
-                                  &ly->gate_up_proj, &h, &gu, &act));
-        return proj_add_norm(m, f, &act, &ly->down_proj, NULL, T);
-    }
     if (ly->gate_up_proj.weight.buf && ops->matmul_glu) { /* silu_mul in the GEMV epilogue */
         TERN_TRY(ops->matmul_glu(be, &h, &ly->gate_up_proj, &gu, &act));
     } else if (ly->gate_up_proj.weight.buf) {
@@ -417,23 +385,14 @@ static enum tern_status compute(struct tern_model_core *m, struct tern_fwd *f,
         return ops->step_run(be, m->step, &res, &f->batch, kv->layers, &logits, &f->batch.token_ids,
                              &f->ids_at);
     }
-    /* The norm_matmul flow (a backend that has it, every layer with fused
-     * qkv and gate_up weights and the fused rope/cache prologue): each
-     * projection that reads a normalised residual normalises it itself (on
-     * CUDA inside the 4-bit GEMV's prologue), o_proj and down_proj only add
-     * into the residual. Otherwise each layer leaves the next one's
-     * normalised input in h (and the last layer only its residual add: the
-     * final norm is over the logits rows). Both give the same bits. */
-    bool nm = ops->norm_matmul && ops->matmul_glu && ops->qk_rope_store;
-    for (int l = 0; l < n_layers && nm; l++)
-        nm = m->w.layers[l].qkv_proj.weight.buf && m->w.layers[l].gate_up_proj.weight.buf;
-    if (n_layers > 0 && !nm)
-        TERN_TRY(ops->rmsnorm(be, &res, &m->w.layers[0].input_layernorm, eps, &h));
+    /* Each layer leaves the next one's normalised input in h (and the last
+     * layer only its residual add: the final norm is over the logits rows). */
+    if (n_layers > 0) TERN_TRY(ops->rmsnorm(be, &res, &m->w.layers[0].input_layernorm, eps, &h));
     for (int l = 0; l < n_layers; l++) {
         const struct tern_layer *ly = &m->w.layers[l];
-        TERN_TRY(attention_block(m, f, ly, &kv->layers[l], nm ? &ly->input_layernorm : NULL, T));
+        TERN_TRY(attention_block(m, f, ly, &kv->layers[l], T));
         TERN_TRY(mlp_block(m, f, ly, l + 1 < n_layers ? &m->w.layers[l + 1].input_layernorm : NULL,
-                           nm, T));
+                           T));
     }
     if (n_logits == 0) return TERN_OK;
     struct tern_linear hidden = {0};

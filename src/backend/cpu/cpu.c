@@ -127,7 +127,6 @@ static const struct tern_backend_ops cpu_ops = {
     .qk_rope_store = tern_cpu_qk_rope_store,
     .silu_mul = tern_cpu_silu_mul,
     .matmul_glu = tern_cpu_matmul_glu,
-    .matmul_add_rmsnorm = tern_cpu_matmul_add_rmsnorm,
     .add = tern_cpu_add,
     .argmax = tern_cpu_argmax,
 };

@@ -50,11 +50,5 @@ enum tern_status tern_cpu_qk_rope_store(struct tern_backend *be, struct tern_dte
 enum tern_status tern_cpu_matmul_glu(struct tern_backend *be, const struct tern_dtensor *x,
                                      const struct tern_linear *w, struct tern_dtensor *gate_up,
                                      struct tern_dtensor *act);
-enum tern_status tern_cpu_matmul_add_rmsnorm(struct tern_backend *be, const struct tern_dtensor *x,
-                                             const struct tern_linear *w,
-                                             struct tern_dtensor *residual,
-                                             struct tern_dtensor *proj,
-                                             const struct tern_dtensor *norm_w, float eps,
-                                             struct tern_dtensor *h);
 
 #endif

@@ -1,6 +1,5 @@
 /*
- * cpu_fused.c — the CPU's fused ops (backend.h: qk_rope_store, matmul_glu,
- * matmul_add_rmsnorm).
+ * cpu_fused.c — the CPU's fused ops (backend.h: qk_rope_store, matmul_glu).
  * The CPU gains nothing from fusing, so each is the sequence of the CPU ops
  * it replaces, called in order: results stay bitwise those of the unfused
  * forward, and the CUDA fused kernels have the same reference.
@@ -33,16 +32,4 @@ enum tern_status tern_cpu_matmul_glu(struct tern_backend *be, const struct tern_
 {
     TERN_TRY(tern_cpu_matmul(be, x, w, gate_up, 0));
     return tern_cpu_silu_mul(be, gate_up, act);
-}
-
-enum tern_status tern_cpu_matmul_add_rmsnorm(struct tern_backend *be, const struct tern_dtensor *x,
-                                             const struct tern_linear *w,
-                                             struct tern_dtensor *residual,
-                                             struct tern_dtensor *proj,
-                                             const struct tern_dtensor *norm_w, float eps,
-                                             struct tern_dtensor *h)
-{
-    TERN_TRY(tern_cpu_matmul(be, x, w, proj, 0));
-    if (!norm_w) return tern_cpu_add(be, residual, proj, residual);
-    return tern_cpu_add_rmsnorm(be, residual, proj, norm_w, eps, h);
 }
