@@ -36,8 +36,6 @@ struct tern_engine_params bench_engine_params(const struct bench_opts *o);
 /* Writes `s` as a JSON string literal. */
 void bench_json_str(FILE *f, const char *s);
 
-/* Seconds on the monotonic clock. */
-double bench_now_s(void);
 
 /* Fills ids[0..n) with pseudo-random ids in [0, vocab) from (seed, stream):
  * the same pair always gives the same ids, different streams differ. */

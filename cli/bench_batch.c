@@ -155,7 +155,7 @@ static void *reader_main(void *arg)
     while (r->s) {
         struct tern_event ev;
         enum tern_status st = tern_stream_next(r->s, EVENT_TIMEOUT_MS, &ev);
-        double t = bench_now_s();
+        double t = cli_now_s();
         if (st != TERN_OK) {
             r->status = st;
             snprintf(r->error, sizeof r->error, "%s",
@@ -193,7 +193,7 @@ static bool start_readers(struct level *lv)
 static enum tern_status submit_all(struct tern_engine *e, struct level *lv, double *t0)
 {
     enum tern_status st = TERN_OK;
-    *t0 = bench_now_s();
+    *t0 = cli_now_s();
     for (int i = 0; i < lv->n; i++) {
         struct breq *r = &lv->reqs[i];
         if (st == TERN_OK) {
@@ -208,7 +208,7 @@ static enum tern_status submit_all(struct tern_engine *e, struct level *lv, doub
             rq.sampling.top_k = (int32_t)lv->o->top_k;
             rq.sampling.seed = (uint64_t)lv->o->seed + (uint64_t)i;
             rq.sampling.has_seed = true;
-            r->t_submit = bench_now_s();
+            r->t_submit = cli_now_s();
             st = tern_engine_submit(e, &rq, &r->s);
             if (st != TERN_OK) {
                 r->status = st;
@@ -232,7 +232,7 @@ static void wait_all(struct tern_engine *e, struct level *lv, bool progress, dou
         tern_engine_get_stats(e, &s);
         fprintf(stderr, "\rconcurrency %d: %d/%d requests done, %lld tokens, %.1f s", lv->n,
                 atomic_load(&lv->n_done), lv->n,
-                (long long)(s.generated_tokens - s0.generated_tokens), bench_now_s() - t0);
+                (long long)(s.generated_tokens - s0.generated_tokens), cli_now_s() - t0);
         fflush(stderr);
     }
     if (progress) fprintf(stderr, "\r%-72s\r", "");
@@ -395,18 +395,13 @@ done:
     return rc;
 }
 
-static const char *device_name(enum tern_device d)
-{
-    return d == TERN_DEVICE_CUDA ? "cuda" : d == TERN_DEVICE_AUTO ? "auto" : "cpu";
-}
-
 static void print_table_head(const struct bench_opts *o, const struct tern_model_info *in,
                              double load_s)
 {
     struct tern_engine_params ep = bench_engine_params(o);
     printf("model    %s (%s, %s, %.1f M params, %.1f MB), device %s, load %.3f s\n", o->model,
            in->architecture, in->dtype, (double)in->n_params / 1e6, (double)in->weight_bytes / 1e6,
-           device_name(o->device), load_s);
+           cli_device_name(in->device), load_s);
     printf("requests %lld prompt tokens", o->prompt_len);
     if (o->shared_prefix) printf(" after a shared %lld-token prefix", o->shared_prefix);
     if (o->temperature > 0.0)
@@ -464,7 +459,7 @@ static void print_json(const struct bench_opts *o, const struct tern_model_info 
            "\"top_k\": %lld, \"max_batch_tokens\": %d, "
            "\"block_size\": %d, \"kv_bytes\": %lld, \"kv_fraction\": %.3f, "
            "\"deterministic\": %s, \"results\": [",
-           in->dtype, (long long)in->n_params, (long long)in->weight_bytes, device_name(o->device),
+           in->dtype, (long long)in->n_params, (long long)in->weight_bytes, cli_device_name(in->device),
            load_s, o->prompt_len, o->gen, o->shared_prefix, o->seed, o->temperature, o->top_p,
            o->top_k, ep.max_batch_tokens,
            ep.block_size, (long long)ep.kv_bytes, ep.kv_fraction,

@@ -34,5 +34,9 @@ bool cli_parse_int(const char *cmd, const char *flag, const char *s, long long l
                    long long *out);
 /* Parses --device cpu|cuda|auto. */
 bool cli_parse_device(const char *cmd, const char *s, enum tern_device *out);
+/* Seconds on the monotonic clock. */
+double cli_now_s(void);
+/* "cpu", "cuda" or "auto". */
+const char *cli_device_name(enum tern_device d);
 
 #endif

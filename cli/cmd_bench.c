@@ -16,13 +16,6 @@
 #include <time.h>
 #include <unistd.h>
 
-double bench_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -49,9 +42,9 @@ static double host_bandwidth(void)
     memcpy(b, a, n);
     double t[5];
     for (int r = 0; r < 5; r++) {
-        double t0 = bench_now_s();
+        double t0 = cli_now_s();
         memcpy(b, a, n);
-        t[r] = bench_now_s() - t0;
+        t[r] = cli_now_s() - t0;
     }
     volatile char sink = b[n / 2];
     (void)sink;
@@ -100,7 +93,7 @@ void bench_random_ids(int32_t *ids, long long n, long long seed, long long strea
 }
 
 static const char usage_text[] =
-    "usage: tern bench --model DIR [--prompt-len N] [--gen N] [--device cpu|cuda] [--json]\n"
+    "usage: tern bench --model DIR [--prompt-len N] [--gen N] [--device cpu|cuda|auto] [--json]\n"
     "  single sequence (default):  [--reps N]\n"
     "  concurrent requests:        --concurrency N[,N...] [--shared-prefix L] [--max-seqs N]\n"
     "                              [--seed N] [--temperature T] [--top-p P] [--top-k K]\n"
@@ -196,7 +189,7 @@ static void defaults(struct bench_opts *o)
     o->prompt_len = 512;
     o->gen = 128;
     o->reps = 3;
-    o->device = TERN_DEVICE_CPU;
+    o->device = TERN_DEVICE_AUTO;
     o->seed = 1;
     o->top_p = 1.0;
 }
@@ -315,13 +308,13 @@ static int measure_single(const struct bench_opts *o, struct tern_model *m,
     long long r = 0, max_tries = o->reps * 3 > 10 ? o->reps * 3 : 10;
     double tp_last = 0;
     for (long long tries = 0; st == TERN_OK && r < o->reps && tries < max_tries; tries++) {
-        double a = bench_now_s();
+        double a = cli_now_s();
         st = tern_generate_greedy(e, ids, n_ids, 1, false, out, &n_out);
-        tp_last = bench_now_s() - a;
+        tp_last = cli_now_s() - a;
         if (st != TERN_OK) break;
-        a = bench_now_s();
+        a = cli_now_s();
         st = tern_generate_greedy(e, ids, n_ids, (int32_t)o->gen + 1, false, out, &n_out);
-        double t = bench_now_s() - a;
+        double t = cli_now_s() - a;
         if (t > tp_last) tp[r] = tp_last, tg[r] = t, r++;
     }
     if (st != TERN_OK) {
@@ -349,7 +342,7 @@ static void print_single(const struct bench_opts *o, const struct tern_model_inf
     if (decode_tps == 0.0)
         fprintf(stderr, "bench: decode time not measurable (below the timing noise in every "
                         "rep); raise --gen\n");
-    double bw = o->device == TERN_DEVICE_CPU ? host_bandwidth() : 0;
+    double bw = in->device == TERN_DEVICE_CPU ? host_bandwidth() : 0;
     /* Decode reads every weight once per token (of an untied embedding table
      * only the token's row); bw counts bytes read + written. */
     double floor_tps = bw > 0 ? bw / (double)in->decode_bytes : 0;
@@ -363,7 +356,7 @@ static void print_single(const struct bench_opts *o, const struct tern_model_inf
             "\"gen\": %lld, \"prefill_tok_s\": %.2f, \"ttft_ms\": %.3f, \"decode_tok_s\": %.2f, "
             "\"host_copy_bw_gb_s\": %.2f, \"decode_floor_tok_s\": %.2f}\n",
             in->architecture, in->dtype, (long long)in->n_params, (long long)in->weight_bytes,
-            (long long)in->decode_bytes, o->device == TERN_DEVICE_CUDA ? "cuda" : "cpu", load_s,
+            (long long)in->decode_bytes, cli_device_name(in->device), load_s,
             o->prompt_len, o->gen, prefill_tps, res->ttft_s * 1e3, decode_tps, bw / 1e9, floor_tps);
         return;
     }
@@ -371,6 +364,7 @@ static void print_single(const struct bench_opts *o, const struct tern_model_inf
            in->architecture, in->dtype, (double)in->n_params / 1e6, (double)in->weight_bytes / 1e6,
            (double)in->decode_bytes / 1e6);
     printf("%-22s %12s\n", "metric", "value");
+    printf("%-22s %12s\n", "device", cli_device_name(in->device));
     printf("%-22s %12.3f\n", "load (s)", load_s);
     printf("%-22s %12.1f\n", "prefill (tok/s)", prefill_tps);
     printf("%-22s %12.2f\n", "TTFT (ms)", res->ttft_s * 1e3);
@@ -390,10 +384,10 @@ int tern_cmd_bench(int argc, char **argv)
     mp.device = o.device;
     mp.progress = !o.json && isatty(STDERR_FILENO);
     struct tern_model *m = NULL;
-    double t0 = bench_now_s();
+    double t0 = cli_now_s();
     enum tern_status st = tern_model_open(o.model, &mp, &m);
     if (st != TERN_OK) return cli_fail("bench", NULL, st);
-    double load_s = bench_now_s() - t0;
+    double load_s = cli_now_s() - t0;
     if (o.n_levels) {
         rc = bench_batch_run(&o, m, load_s);
     } else {

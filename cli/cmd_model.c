@@ -26,7 +26,7 @@ static int parse_opts(const char *cmd, int argc, char **argv, struct model_opts 
 {
     memset(o, 0, sizeof *o);
     o->max_tokens = 32;
-    o->device = TERN_DEVICE_CPU;
+    o->device = TERN_DEVICE_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -61,7 +61,7 @@ static int open_model(const char *cmd, const struct model_opts *o, struct tern_m
 }
 
 static const char inspect_usage[] =
-    "usage: tern inspect --model DIR [--json] [--device cpu|cuda]\n"
+    "usage: tern inspect --model DIR [--json] [--device cpu|cuda|auto]\n"
     "Shows the architecture, parameter count, dtype, bytes and context length.\n";
 
 int tern_cmd_inspect(int argc, char **argv)
@@ -78,12 +78,14 @@ int tern_cmd_inspect(int argc, char **argv)
                "\"n_params\": %lld, \"weight_bytes\": %lld, \"n_layers\": %d, \"hidden_size\": %d, "
                "\"n_heads\": %d, \"n_kv_heads\": %d, \"head_dim\": %d, \"intermediate_size\": %d, "
                "\"vocab_size\": %d, \"context_length\": %d, \"tied_embeddings\": %s, "
-               "\"has_tokenizer\": %s, \"has_chat_template\": %s, \"unused_tensors\": %d}\n",
+               "\"has_tokenizer\": %s, \"has_chat_template\": %s, \"unused_tensors\": %d, "
+               "\"device\": \"%s\"}\n",
                in.architecture, in.model_type, in.dtype, (long long)in.n_params,
                (long long)in.weight_bytes, in.n_layers, in.n_embd, in.n_heads, in.n_kv_heads,
                in.head_dim, in.n_ff, in.vocab_size, in.context_length,
                in.tied_embeddings ? "true" : "false", in.has_tokenizer ? "true" : "false",
-               in.has_chat_template ? "true" : "false", in.n_unused_tensors);
+               in.has_chat_template ? "true" : "false", in.n_unused_tensors,
+               cli_device_name(in.device));
     } else {
         printf("architecture     %s (%s)\n", in.architecture, in.model_type);
         printf("parameters       %.3f M\n", (double)in.n_params / 1e6);
@@ -99,6 +101,7 @@ int tern_cmd_inspect(int argc, char **argv)
         printf("tokenizer        %s\n", in.has_tokenizer ? "yes" : "no");
         printf("chat template    %s\n", in.has_chat_template ? "yes" : "no");
         printf("unused tensors   %d\n", in.n_unused_tensors);
+        printf("device           %s\n", cli_device_name(in.device));
     }
     tern_model_close(m);
     return 0;
@@ -164,7 +167,7 @@ static int prompt_ids(const char *cmd, const struct model_opts *o, struct tern_m
 
 static const char generate_usage[] =
     "usage: tern generate --model DIR (--ids \"1 2 3\" | --prompt TEXT [--chat])\n"
-    "                     [--max-tokens N] [--no-eos] [--device cpu|cuda] [--json]\n"
+    "                     [--max-tokens N] [--no-eos] [--device cpu|cuda|auto] [--json]\n"
     "Greedy generation. Prints the generated ids, then the text when the model has a "
     "tokenizer.\n";
 
@@ -192,11 +195,17 @@ int tern_cmd_generate(int argc, char **argv)
         rc = cli_fail("generate", "out of memory", TERN_E_NO_MEMORY);
         goto done;
     }
+    double t0 = cli_now_s();
     st = tern_generate_greedy(e, ids, n, (int32_t)o.max_tokens, !o.no_eos, out, &n_out);
     if (st != TERN_OK) {
         rc = cli_fail("generate", NULL, st);
         goto done;
     }
+    double dt = cli_now_s() - t0;
+    struct tern_model_info in;
+    tern_model_get_info(m, &in);
+    fprintf(stderr, "tern generate: %d prompt + %d new tokens on %s in %.3f s\n", n, n_out,
+            cli_device_name(in.device), dt);
     const struct tern_tokenizer *tok = tern_model_tokenizer(m);
     char *text = NULL;
     size_t tlen = 0;
@@ -249,7 +258,7 @@ static int write_npy(const char *path, const float *data, int rows, int cols)
 }
 
 static const char logits_usage[] =
-    "usage: tern logits --model DIR --ids \"1 2 3\" --out F.npy [--device cpu|cuda]\n"
+    "usage: tern logits --model DIR --ids \"1 2 3\" --out F.npy [--device cpu|cuda|auto]\n"
     "Writes float32 logits [n_tokens, vocab] of every position as .npy.\n";
 
 int tern_cmd_logits(int argc, char **argv)

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const struct {
     const char *name;
@@ -150,6 +151,18 @@ bool cli_parse_int(const char *cmd, const char *flag, const char *s, long long l
     }
     *out = v;
     return true;
+}
+
+double cli_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+const char *cli_device_name(enum tern_device d)
+{
+    return d == TERN_DEVICE_CUDA ? "cuda" : d == TERN_DEVICE_AUTO ? "auto" : "cpu";
 }
 
 bool cli_parse_device(const char *cmd, const char *s, enum tern_device *out)

@@ -80,7 +80,8 @@ struct tern_model;
 enum tern_device { TERN_DEVICE_CPU = 0, TERN_DEVICE_CUDA = 1, TERN_DEVICE_AUTO = 2 };
 
 struct tern_model_params {
-    enum tern_device device; /* where the weights live and the forward runs */
+    enum tern_device device; /* where the weights live and the forward runs (default
+                              * TERN_DEVICE_AUTO: the GPU when there is one) */
     int device_index;        /* which GPU, for TERN_DEVICE_CUDA */
     bool progress;           /* print a progress line while loading large models */
 };
@@ -112,6 +113,7 @@ struct tern_model_info {
     bool has_tokenizer;
     bool has_chat_template;
     int32_t n_unused_tensors; /* tensors in the files that the architecture does not use */
+    enum tern_device device;  /* where the model runs (CPU or CUDA, never AUTO) */
 };
 
 enum tern_status tern_model_get_info(const struct tern_model *model, struct tern_model_info *out);

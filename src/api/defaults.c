@@ -6,7 +6,7 @@
 struct tern_model_params tern_model_default_params(void)
 {
     struct tern_model_params p = {0};
-    p.device = TERN_DEVICE_CPU;
+    p.device = TERN_DEVICE_AUTO;
     p.device_index = 0;
     p.progress = false;
     return p;

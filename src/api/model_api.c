@@ -129,6 +129,7 @@ enum tern_status tern_model_get_info(const struct tern_model *m, struct tern_mod
     out->vocab_size = hp->vocab_size;
     out->context_length = hp->max_position_embeddings;
     out->bos_id = hp->bos_token_id;
+    out->device = m->core.be->device;
     out->eos_id = hp->n_eos ? hp->eos_token_ids[0] : -1;
     out->tied_embeddings = hp->tie_word_embeddings;
     out->has_tokenizer = m->tok != NULL;

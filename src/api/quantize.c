@@ -105,7 +105,7 @@ static enum tern_status quantize_tensor(struct qt_writer *w, const struct qt_out
     w->buf[2] = tern_malloc((size_t)(rows * ng) * tern_dtype_size(sdt));
     int n_thr = 1;
 #ifdef _OPENMP
-    n_thr = omp_get_max_threads();
+    n_thr = tern_default_threads();
 #endif
     size_t stride = (size_t)(2 * in + 2 * ng); /* row, raw copy, scales, biases */
     float *work = tern_malloc((size_t)n_thr * stride * sizeof(float));

@@ -113,4 +113,8 @@ char *tern_path_join(const char *dir, const char *name);
 /* Monotonic clock in nanoseconds. */
 uint64_t tern_now_ns(void);
 
+/* CPU threads the CPU backend uses when asked for 0 (all): TERN_THREADS if
+ * set, else the physical cores this process may run on (threads.c). */
+int tern_default_threads(void);
+
 #endif /* TERN_BASE_H */

@@ -28,7 +28,9 @@ static struct tern_model *open_fixture(const char *name)
     snprintf(rel, sizeof rel, "models/%s", name);
     char *dir = tu_fixture(rel);
     struct tern_model *m = NULL;
-    if (tern_model_open(dir, NULL, &m) != TERN_OK) fail_msg("%s", tern_last_error());
+    struct tern_model_params mp = tern_model_default_params();
+    mp.device = TERN_DEVICE_CPU; /* the reference: bitwise batch invariance */
+    if (tern_model_open(dir, &mp, &m) != TERN_OK) fail_msg("%s", tern_last_error());
     tern_free(dir);
     return m;
 }

@@ -33,6 +33,7 @@ static void test_inspect(void **state)
     assert_int_equal(tern_run(args, &out, &err), 0);
     assert_non_null(strstr(out, "\"architecture\": \"Qwen3ForCausalLM\""));
     assert_non_null(strstr(out, "\"unused_tensors\": 0"));
+    assert_true(strstr(out, "\"device\": \"cpu\"") || strstr(out, "\"device\": \"cuda\""));
     tern_free(out);
     tern_free(err);
     tern_free(dir);
@@ -51,7 +52,7 @@ static void test_generate_matches_golden(void **state)
     struct tern_str ids = {0}, want = {0};
     for (size_t i = 0; i < prompt.n; i++) tern_str_appendf(&ids, "%s%d", i ? " " : "", ((int32_t *)prompt.data)[i]);
     for (size_t i = 0; i < 8; i++) tern_str_appendf(&want, "%s%d", i ? " " : "", ((int32_t *)greedy.data)[i]);
-    snprintf(args, sizeof args, "generate --model '%s' --ids '%s' --max-tokens 8 --no-eos", dir,
+    snprintf(args, sizeof args, "generate --device cpu --model '%s' --ids '%s' --max-tokens 8 --no-eos", dir,
              ids.data);
     assert_int_equal(tern_run(args, &out, &err), 0);
     assert_memory_equal(out, want.data, want.len);
@@ -60,7 +61,7 @@ static void test_generate_matches_golden(void **state)
     /* logits to .npy, read back, equal to the golden within tolerance */
     char *tmp = tu_temp_dir("logits");
     char *npy = tern_path_join(tmp, "l.npy");
-    snprintf(args, sizeof args, "logits --model '%s' --ids '%s' --out '%s'", dir, ids.data, npy);
+    snprintf(args, sizeof args, "logits --device cpu --model '%s' --ids '%s' --out '%s'", dir, ids.data, npy);
     assert_int_equal(tern_run(args, &out, &err), 0);
     struct tu_npy got, gold;
     tu_npy_load(npy, &got);

@@ -33,6 +33,7 @@ static void check_fixture(const char *dir)
 
     struct tern_model *m = NULL;
     struct tern_model_params mp = tern_model_default_params();
+    mp.device = TERN_DEVICE_CPU;
     if (tern_model_open(dir, &mp, &m) != TERN_OK) fail_msg("%s: %s", dir, tern_last_error());
     struct tern_model_info in;
     assert_int_equal(tern_model_get_info(m, &in), TERN_OK);

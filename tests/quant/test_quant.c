@@ -236,6 +236,7 @@ static void test_cli(void **state)
     if (rc != 0) fail_msg("tern quantize: rc %d: %s", rc, err);
     struct tern_model *m = NULL;
     struct tern_model_params mp = tern_model_default_params();
+    mp.device = TERN_DEVICE_CPU;
     if (tern_model_open(dst, &mp, &m) != TERN_OK) fail_msg("%s", tern_last_error());
     struct tern_model_info in;
     tern_model_get_info(m, &in);
@@ -272,6 +273,7 @@ static enum tern_status open_with(const char *what, void (*edit)(json_t *q), cha
     json_decref(root);
     struct tern_model *m = NULL;
     struct tern_model_params mp = tern_model_default_params();
+    mp.device = TERN_DEVICE_CPU;
     enum tern_status st = tern_model_open(tmp, &mp, &m);
     snprintf(msg, len, "%s", st == TERN_OK ? "" : tern_last_error());
     tern_model_close(m);

@@ -5,6 +5,7 @@
 #include "tensor/tensor.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void test_status(void **state)
@@ -50,12 +51,29 @@ static void test_bf16_f16(void **state)
     for (uint32_t h = 0; h < 0x7c00; h++) assert_int_equal(tern_f32_to_f16(tern_f16_to_f32(h)), h);
 }
 
+/* TERN_THREADS overrides the default; junk is ignored (the physical cores). */
+static void test_default_threads(void **state)
+{
+    (void)state;
+    unsetenv("TERN_THREADS");
+    int cores = tern_default_threads();
+    assert_true(cores >= 1);
+    setenv("TERN_THREADS", "3", 1);
+    assert_int_equal(tern_default_threads(), 3);
+    setenv("TERN_THREADS", "-2", 1);
+    assert_int_equal(tern_default_threads(), cores);
+    setenv("TERN_THREADS", "4x", 1);
+    assert_int_equal(tern_default_threads(), cores);
+    unsetenv("TERN_THREADS");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status),
         cmocka_unit_test(test_str),
         cmocka_unit_test(test_bf16_f16),
+        cmocka_unit_test(test_default_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -143,9 +143,9 @@ enum tern_status tern_backend_cpu_create(const struct tern_backend_params *param
     be->deterministic = true;
     int n = params->n_threads;
 #ifdef _OPENMP
-    if (n <= 0) n = omp_get_max_threads();
+    if (n <= 0) n = tern_default_threads();
 #else
-    if (n <= 0) n = 1;
+    n = 1;
 #endif
     be->n_threads = n;
     *out = be;
