@@ -118,6 +118,12 @@ struct tern_batch_dev {
         logits_idx;
 };
 
+/* The activation of a gated MLP (act_mul). */
+enum tern_glu_act {
+    TERN_GLU_SILU,      /* x * sigmoid(x) */
+    TERN_GLU_GELU_TANH, /* 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) */
+};
+
 /* Rotary embedding. inv_freq holds the per-pair frequencies with any
  * rope_scaling (linear, llama3, yarn) already applied; the angle of pair i
  * at position p is p * inv_freq[i], and cos/sin are multiplied by mscale. */
@@ -219,8 +225,9 @@ struct tern_backend_ops {
     enum tern_status (*get_rows)(struct tern_backend *be, const struct tern_linear *table,
                                  const struct tern_dtensor *idx, struct tern_dtensor *out);
     /* out = x / sqrt(mean(x^2) + eps) * w, over the last dim of x.
-     * x, out: [rows, dim] (out may alias x); w: [dim]. The last dim of x may be
-     * smaller than its row (per-head norm): rows = numel / dim. */
+     * x, out: [rows, dim] (out may alias x); w: [dim], or NULL for a norm
+     * without weight. The last dim of x may be smaller than its row
+     * (per-head norm): rows = numel / dim. */
     enum tern_status (*rmsnorm)(struct tern_backend *be, const struct tern_dtensor *x,
                                 const struct tern_dtensor *w, float eps, struct tern_dtensor *out);
     /* residual += x; out = rmsnorm(residual) * w. Fused residual add + norm.
@@ -243,7 +250,8 @@ struct tern_backend_ops {
                              int32_t n_heads, const struct tern_dtensor *positions,
                              const struct tern_rope *rope);
     /* Per-head RMSNorm of n_heads heads starting at column x_col of x [T,
-     * width], in place; w: [head_dim] (Qwen3 q_norm/k_norm). */
+     * width], in place; w: [head_dim] (Qwen3 q_norm/k_norm), or NULL for a
+     * norm without weight (Gemma 4's v_norm). */
     enum tern_status (*head_rmsnorm)(struct tern_backend *be, struct tern_dtensor *x,
                                      int64_t x_col, int32_t n_heads, int32_t head_dim,
                                      const struct tern_dtensor *w, float eps);
@@ -300,6 +308,21 @@ struct tern_backend_ops {
     enum tern_status (*matmul_glu)(struct tern_backend *be, const struct tern_dtensor *x,
                                    const struct tern_linear *w, struct tern_dtensor *gate_up,
                                    struct tern_dtensor *act);
+    /* out[t, i] = act(x[t, x_col + i]) * y[t, y_col + i] for i < out's
+     * width: a gated activation whose two operands are column windows of
+     * any [T, width] tensors of the activation dtype (or F32: y may be F32
+     * with x and out of the activation dtype). GeGLU over a gate_up buffer
+     * is x = y = gate_up, x_col 0, y_col ff. */
+    enum tern_status (*act_mul)(struct tern_backend *be, const struct tern_dtensor *x,
+                                int64_t x_col, const struct tern_dtensor *y, int64_t y_col,
+                                enum tern_glu_act act, struct tern_dtensor *out);
+    /* out = x * c * s[0] elementwise (s: a [1] tensor of a float dtype, or
+     * NULL for 1), float32 arithmetic. x F32 or the activation dtype; out
+     * the same shape in either (so it also converts; may alias x). */
+    enum tern_status (*scale)(struct tern_backend *be, const struct tern_dtensor *x, float c,
+                              const struct tern_dtensor *s, struct tern_dtensor *out);
+    /* x = cap * tanh(x / cap) in place (logit softcapping); x F32. */
+    enum tern_status (*softcap)(struct tern_backend *be, struct tern_dtensor *x, float cap);
     /* out = a + b, elementwise, same shapes (out may alias a). */
     enum tern_status (*add)(struct tern_backend *be, const struct tern_dtensor *a,
                             const struct tern_dtensor *b, struct tern_dtensor *out);

@@ -1,20 +1,26 @@
 /*
- * arch.c — the architecture table and hyperparameter reading.
+ * arch.c — the architecture table, and the config.json readers and rope
+ * frequencies the families share (arch.h).
  *
- * Adding a llama-like family is one row here. Hyperparameters keep their
- * config.json names; every read names the key on failure.
+ * Adding a llama-like family is a row here (and in llama.c's variants); a
+ * family with real differences is a file under arch/. Hyperparameters keep
+ * their config.json names; every read names the key on failure.
  */
-#include "model/model.h"
+#include "model/arch.h"
 
 #include <math.h>
 #include <string.h>
 
+/* The llama.c variants (enum in arch/llama.c). */
+enum { V_LLAMA, V_MISTRAL, V_QWEN2, V_QWEN3 };
+/* The gemma.c variants. */
+enum { V_GEMMA, V_GEMMA2, V_GEMMA3 };
+
 static const struct tern_arch arch_table[] = {
-    /* hf_name              qkv_bias qk_norm sliding use_flag tied */
-    {"LlamaForCausalLM", false, false, false, false, false},
-    {"MistralForCausalLM", false, false, true, false, false},
-    {"Qwen2ForCausalLM", true, false, true, true, false},
-    {"Qwen3ForCausalLM", false, true, true, true, false},
+    {"LlamaForCausalLM", &tern_family_llama, V_LLAMA},
+    {"MistralForCausalLM", &tern_family_llama, V_MISTRAL},
+    {"Qwen2ForCausalLM", &tern_family_llama, V_QWEN2},
+    {"Qwen3ForCausalLM", &tern_family_llama, V_QWEN3},
 };
 
 const struct tern_arch *tern_arch_find(const char *hf_name)
@@ -26,7 +32,14 @@ const struct tern_arch *tern_arch_find(const char *hf_name)
 
 const char *tern_arch_supported(void)
 {
-    return "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM";
+    static char list[1024];
+    if (!list[0]) {
+        size_t k = 0;
+        for (size_t i = 0; i < sizeof arch_table / sizeof arch_table[0]; i++)
+            k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i ? ", " : "",
+                                  arch_table[i].hf_name);
+    }
+    return list;
 }
 
 static enum tern_status positive(const struct tern_json_doc *cfg, const char *key, int64_t v,
@@ -69,70 +82,116 @@ static void read_token_ids(const json_t *root, const char *key, int32_t *ids, in
     }
 }
 
-/* rope_scaling (transformers 4.x) or rope_parameters (5.x). */
-static enum tern_status read_rope(const struct tern_json_doc *cfg, struct tern_hparams *hp)
+enum tern_status tern_rope_cfg_read(const struct tern_json_doc *cfg, const char *section,
+                                    const char *theta_key, double theta_def,
+                                    struct tern_rope_cfg *rc)
 {
-    const char *name = "rope_scaling";
+    memset(rc, 0, sizeof *rc);
+    char name[96];
+    const char *base = "rope_scaling";
     const json_t *rs = json_object_get(cfg->root, "rope_scaling");
     if (!json_is_object(rs)) {
         rs = json_object_get(cfg->root, "rope_parameters");
-        name = "rope_parameters";
+        base = "rope_parameters";
     }
-    TERN_TRY(tern_cfg_float_opt(cfg, "rope_theta", 10000.0, &hp->rope_theta));
-    TERN_TRY(tern_cfg_float_opt(cfg, "partial_rotary_factor", 1.0, &hp->partial_rotary_factor));
-    hp->rope_kind = TERN_ROPE_DEFAULT;
-    hp->rope_factor = 1.0;
+    snprintf(name, sizeof name, "%s", base);
+    if (section && json_is_object(rs) && !strcmp(base, "rope_parameters")) {
+        const json_t *sub = json_object_get(rs, section);
+        snprintf(name, sizeof name, "%s.%s", base, section);
+        /* transformers 5 nests one rope per layer type; a flat object serves all */
+        if (json_is_object(sub)) rs = sub;
+        else snprintf(name, sizeof name, "%s", base);
+    }
+    TERN_TRY(tern_cfg_float_opt(cfg, theta_key, theta_def, &rc->theta));
+    TERN_TRY(tern_cfg_float_opt(cfg, "partial_rotary_factor", 1.0, &rc->partial_rotary_factor));
+    rc->kind = TERN_ROPE_DEFAULT;
+    rc->factor = 1.0;
+    int64_t max_pos;
+    TERN_TRY(tern_cfg_int_opt(cfg, "max_position_embeddings", 4096, &max_pos));
+    rc->original_max_pos = (int32_t)max_pos;
     if (!json_is_object(rs)) return TERN_OK;
-    TERN_TRY(tern_cfg_obj_float_opt(cfg, rs, name, "rope_theta", hp->rope_theta, &hp->rope_theta));
+    TERN_TRY(tern_cfg_obj_float_opt(cfg, rs, name, "rope_theta", rc->theta, &rc->theta));
     TERN_TRY(tern_cfg_obj_float_opt(cfg, rs, name, "partial_rotary_factor",
-                                    hp->partial_rotary_factor, &hp->partial_rotary_factor));
+                                    rc->partial_rotary_factor, &rc->partial_rotary_factor));
     const char *type;
     TERN_TRY(tern_cfg_obj_string_opt(cfg, rs, name, "rope_type", NULL, &type));
     if (!type) TERN_TRY(tern_cfg_obj_string_opt(cfg, rs, name, "type", "default", &type));
-    TERN_TRY(tern_cfg_obj_float_opt(cfg, rs, name, "factor", 1.0, &hp->rope_factor));
+    TERN_TRY(tern_cfg_obj_float_opt(cfg, rs, name, "factor", 1.0, &rc->factor));
     int64_t omp;
-    TERN_TRY(tern_cfg_obj_int_opt(cfg, rs, name, "original_max_position_embeddings",
-                                  hp->max_position_embeddings, &omp));
-    hp->rope_original_max_pos = (int32_t)omp;
+    TERN_TRY(tern_cfg_obj_int_opt(cfg, rs, name, "original_max_position_embeddings", max_pos,
+                                  &omp));
+    rc->original_max_pos = (int32_t)omp;
     if (!strcmp(type, "default")) {
-        hp->rope_kind = TERN_ROPE_DEFAULT;
+        rc->kind = TERN_ROPE_DEFAULT;
     } else if (!strcmp(type, "linear")) {
-        hp->rope_kind = TERN_ROPE_LINEAR;
+        rc->kind = TERN_ROPE_LINEAR;
+    } else if (!strcmp(type, "proportional")) {
+        rc->kind = TERN_ROPE_PROPORTIONAL;
     } else if (!strcmp(type, "llama3")) {
-        hp->rope_kind = TERN_ROPE_LLAMA3;
+        rc->kind = TERN_ROPE_LLAMA3;
         TERN_TRY(tern_cfg_obj_float_opt(cfg, rs, name, "low_freq_factor", 1.0,
-                                        &hp->rope_low_freq_factor));
+                                        &rc->low_freq_factor));
         TERN_TRY(tern_cfg_obj_float_opt(cfg, rs, name, "high_freq_factor", 4.0,
-                                        &hp->rope_high_freq_factor));
-        if (hp->rope_high_freq_factor == hp->rope_low_freq_factor)
+                                        &rc->high_freq_factor));
+        if (rc->high_freq_factor == rc->low_freq_factor)
             return tern_error(TERN_E_FORMAT, "%s: %s.high_freq_factor must differ from "
                               "low_freq_factor", cfg->path, name);
     } else if (!strcmp(type, "yarn")) {
-        hp->rope_kind = TERN_ROPE_YARN;
-        TERN_TRY(tern_cfg_obj_float_opt(cfg, rs, name, "beta_fast", 32.0, &hp->yarn_beta_fast));
-        TERN_TRY(tern_cfg_obj_float_opt(cfg, rs, name, "beta_slow", 1.0, &hp->yarn_beta_slow));
-        TERN_TRY(tern_cfg_obj_float_opt(cfg, rs, name, "mscale", 0.0, &hp->yarn_mscale));
+        rc->kind = TERN_ROPE_YARN;
+        TERN_TRY(tern_cfg_obj_float_opt(cfg, rs, name, "beta_fast", 32.0, &rc->yarn_beta_fast));
+        TERN_TRY(tern_cfg_obj_float_opt(cfg, rs, name, "beta_slow", 1.0, &rc->yarn_beta_slow));
+        TERN_TRY(tern_cfg_obj_float_opt(cfg, rs, name, "mscale", 0.0, &rc->yarn_mscale));
         TERN_TRY(tern_cfg_obj_float_opt(cfg, rs, name, "mscale_all_dim", 0.0,
-                                        &hp->yarn_mscale_all_dim));
+                                        &rc->yarn_mscale_all_dim));
         TERN_TRY(tern_cfg_obj_float_opt(cfg, rs, name, "attention_factor", -1.0,
-                                        &hp->yarn_attention_factor));
+                                        &rc->yarn_attention_factor));
         const json_t *tr = json_object_get(rs, "truncate");
-        hp->yarn_truncate = !json_is_false(tr);
+        rc->yarn_truncate = !json_is_false(tr);
     } else {
         return tern_error(TERN_E_UNSUPPORTED,
-                          "%s: %s.rope_type '%s' is not supported (default, linear, llama3, yarn)",
-                          cfg->path, name, type);
+                          "%s: %s.rope_type '%s' is not supported (default, linear, llama3, yarn, "
+                          "proportional)", cfg->path, name, type);
     }
-    if (!(hp->rope_factor > 0))
+    if (!(rc->factor > 0))
         return tern_error(TERN_E_FORMAT, "%s: %s.factor must be positive", cfg->path, name);
+    if (!(rc->theta > 0))
+        return tern_error(TERN_E_FORMAT, "%s: %s rope_theta must be positive", cfg->path, name);
     return TERN_OK;
 }
 
-enum tern_status tern_hparams_read(const struct tern_json_doc *cfg, const struct tern_arch *arch,
-                                   struct tern_hparams *hp)
+/* layer_types: one "sliding_attention" or "full_attention" per layer. */
+static enum tern_status read_layer_types(const struct tern_json_doc *cfg, struct tern_hparams *hp)
+{
+    const json_t *lt = json_object_get(cfg->root, "layer_types");
+    if (!lt || json_is_null(lt)) return TERN_OK;
+    if (!json_is_array(lt))
+        return tern_error(TERN_E_FORMAT, "%s: key 'layer_types' must be a list of strings",
+                          cfg->path);
+    if ((int64_t)json_array_size(lt) != hp->num_hidden_layers)
+        return tern_error(TERN_E_FORMAT, "%s: key 'layer_types' has %zu entries, "
+                          "num_hidden_layers is %d", cfg->path, json_array_size(lt),
+                          hp->num_hidden_layers);
+    for (int32_t i = 0; i < hp->num_hidden_layers; i++) {
+        const json_t *v = json_array_get(lt, (size_t)i);
+        const char *s = json_string_value(v);
+        if (s && !strcmp(s, "sliding_attention")) hp->layer_sliding[i] = 1;
+        else if (!s || strcmp(s, "full_attention"))
+            return tern_error(TERN_E_UNSUPPORTED, "%s: layer_types[%d] is %s%s%s "
+                              "(sliding_attention or full_attention)", cfg->path, i,
+                              s ? "'" : "", s ? s : tern_json_type_name(v), s ? "'" : "");
+    }
+    hp->has_layer_types = true;
+    return TERN_OK;
+}
+
+enum tern_status tern_hparams_read_common(const struct tern_json_doc *cfg, bool tied_def,
+                                          double eps_def, struct tern_hparams *hp)
 {
     memset(hp, 0, sizeof *hp);
     TERN_TRY(read_int(cfg, "num_hidden_layers", &hp->num_hidden_layers));
+    if (hp->num_hidden_layers > TERN_MAX_LAYERS)
+        return tern_error(TERN_E_UNSUPPORTED, "%s: num_hidden_layers %d is more than %d",
+                          cfg->path, hp->num_hidden_layers, TERN_MAX_LAYERS);
     TERN_TRY(read_int(cfg, "hidden_size", &hp->hidden_size));
     TERN_TRY(read_int(cfg, "intermediate_size", &hp->intermediate_size));
     TERN_TRY(read_int(cfg, "num_attention_heads", &hp->num_attention_heads));
@@ -151,37 +210,34 @@ enum tern_status tern_hparams_read(const struct tern_json_doc *cfg, const struct
     if (hp->head_dim % 2)
         return tern_error(TERN_E_FORMAT, "%s: head_dim %d must be even", cfg->path, hp->head_dim);
     double eps;
-    TERN_TRY(tern_cfg_float_opt(cfg, "rms_norm_eps", 1e-6, &eps));
+    TERN_TRY(tern_cfg_float_opt(cfg, "rms_norm_eps", eps_def, &eps));
     if (!(eps > 0 && eps < 1))
         return tern_error(TERN_E_FORMAT, "%s: rms_norm_eps must be in (0, 1), got %g", cfg->path,
                           eps);
     hp->rms_norm_eps = (float)eps;
-    TERN_TRY(tern_cfg_bool_opt(cfg, "tie_word_embeddings", arch->tied_default,
-                               &hp->tie_word_embeddings));
-    bool ab;
-    TERN_TRY(tern_cfg_bool_opt(cfg, "attention_bias", false, &ab));
-    hp->attention_bias = ab || arch->qkv_bias_default;
-    hp->o_bias = ab;
-    TERN_TRY(tern_cfg_bool_opt(cfg, "mlp_bias", false, &hp->mlp_bias));
-    if (arch->sliding_window_key) {
-        bool use = true;
-        if (arch->use_sliding_flag) TERN_TRY(tern_cfg_bool_opt(cfg, "use_sliding_window", false, &use));
-        int64_t sw;
-        TERN_TRY(tern_cfg_int_opt(cfg, "sliding_window", 0, &sw));
-        if (sw < 0) return tern_error(TERN_E_FORMAT, "%s: sliding_window must be >= 0", cfg->path);
-        hp->sliding_window = use && sw < hp->max_position_embeddings ? (int32_t)sw : 0;
-    }
-    TERN_TRY(read_rope(cfg, hp));
-    int32_t rot = (int32_t)(hp->head_dim * hp->partial_rotary_factor);
-    if (rot < 2 || rot > hp->head_dim || rot % 2)
-        return tern_error(TERN_E_FORMAT, "%s: partial_rotary_factor %g gives rotary dim %d",
-                          cfg->path, hp->partial_rotary_factor, rot);
+    TERN_TRY(tern_cfg_bool_opt(cfg, "tie_word_embeddings", tied_def, &hp->tie_word_embeddings));
+    hp->n_ropes = 1;
+    TERN_TRY(tern_rope_cfg_read(cfg, NULL, "rope_theta", 10000.0, &hp->ropes[0]));
+    TERN_TRY(read_layer_types(cfg, hp));
     hp->bos_token_id = -1;
     int32_t n = 0, bos[1];
     read_token_ids(cfg->root, "bos_token_id", bos, 1, &n);
     if (n) hp->bos_token_id = bos[0];
     read_token_ids(cfg->root, "eos_token_id", hp->eos_token_ids, 8, &hp->n_eos);
     return TERN_OK;
+}
+
+void tern_layer_plan_default(const struct tern_hparams *hp, int32_t layer,
+                             struct tern_layer_plan *p)
+{
+    memset(p, 0, sizeof *p);
+    p->attn.n_heads = hp->num_attention_heads;
+    p->attn.n_kv_heads = hp->num_key_value_heads;
+    p->attn.head_dim = hp->head_dim;
+    p->attn.scale = 1.0f / sqrtf((float)hp->head_dim);
+    p->kv_source = layer;
+    p->intermediate = hp->intermediate_size;
+    p->act = TERN_ACT_SILU;
 }
 
 /* ---------------------------------------------------------------- rope */
@@ -196,22 +252,32 @@ static double yarn_correction_dim(double n_rot, int dim, double base, double max
     return (dim * log(max_pos / (n_rot * 2 * M_PI))) / (2 * log(base));
 }
 
-void tern_rope_inv_freq(const struct tern_hparams *hp, int32_t dim, float *inv, float *mscale)
+void tern_rope_inv_freq(const struct tern_rope_cfg *rc, int32_t head_dim, int32_t dim, float *inv,
+                        float *mscale)
 {
     int half = dim / 2;
-    float base = (float)hp->rope_theta;
+    float base = (float)rc->theta;
     *mscale = 1.0f;
     /* As transformers: base ** (arange(0, dim, 2).float() / dim), all float32. */
     for (int i = 0; i < half; i++) inv[i] = 1.0f / powf(base, (float)(2 * i) / (float)dim);
-    switch (hp->rope_kind) {
+    switch (rc->kind) {
     case TERN_ROPE_DEFAULT:
         break;
+    case TERN_ROPE_PROPORTIONAL: {
+        /* The whole head rotates as pairs (i, i + head_dim / 2); the first
+         * partial_rotary_factor * head_dim / 2 pairs at base ** (-2 i /
+         * head_dim), the rest not at all (frequency 0). `dim` is head_dim. */
+        int rot_pairs = (int)(rc->partial_rotary_factor * head_dim) / 2;
+        for (int i = 0; i < half; i++)
+            inv[i] = i < rot_pairs ? 1.0f / powf(base, (float)(2 * i) / (float)head_dim) : 0.0f;
+        break;
+    }
     case TERN_ROPE_LINEAR:
-        for (int i = 0; i < half; i++) inv[i] = inv[i] / (float)hp->rope_factor;
+        for (int i = 0; i < half; i++) inv[i] = inv[i] / (float)rc->factor;
         break;
     case TERN_ROPE_LLAMA3: {
-        float factor = (float)hp->rope_factor, lo = (float)hp->rope_low_freq_factor,
-              hi = (float)hp->rope_high_freq_factor, old = (float)hp->rope_original_max_pos;
+        float factor = (float)rc->factor, lo = (float)rc->low_freq_factor,
+              hi = (float)rc->high_freq_factor, old = (float)rc->original_max_pos;
         float lo_wl = old / lo, hi_wl = old / hi;
         for (int i = 0; i < half; i++) {
             float wl = 2.0f * (float)M_PI / inv[i];
@@ -224,20 +290,20 @@ void tern_rope_inv_freq(const struct tern_hparams *hp, int32_t dim, float *inv, 
         break;
     }
     case TERN_ROPE_YARN: {
-        double factor = hp->rope_factor;
-        double af = hp->yarn_attention_factor;
+        double factor = rc->factor;
+        double af = rc->yarn_attention_factor;
         if (af <= 0) {
-            if (hp->yarn_mscale > 0 && hp->yarn_mscale_all_dim > 0)
-                af = yarn_get_mscale(factor, hp->yarn_mscale) /
-                     yarn_get_mscale(factor, hp->yarn_mscale_all_dim);
+            if (rc->yarn_mscale > 0 && rc->yarn_mscale_all_dim > 0)
+                af = yarn_get_mscale(factor, rc->yarn_mscale) /
+                     yarn_get_mscale(factor, rc->yarn_mscale_all_dim);
             else
                 af = yarn_get_mscale(factor, 1.0);
         }
-        double lo = yarn_correction_dim(hp->yarn_beta_fast, dim, hp->rope_theta,
-                                        hp->rope_original_max_pos);
-        double hi = yarn_correction_dim(hp->yarn_beta_slow, dim, hp->rope_theta,
-                                        hp->rope_original_max_pos);
-        if (hp->yarn_truncate) {
+        double lo = yarn_correction_dim(rc->yarn_beta_fast, dim, rc->theta,
+                                        rc->original_max_pos);
+        double hi = yarn_correction_dim(rc->yarn_beta_slow, dim, rc->theta,
+                                        rc->original_max_pos);
+        if (rc->yarn_truncate) {
             lo = floor(lo);
             hi = ceil(hi);
         }

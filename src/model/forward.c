@@ -1,34 +1,25 @@
 /*
- * forward.c — the llama-family decoder over a ragged batch, written once
- * against the backend op interface.
- *
- *   x = embed(ids)                                   residual = x  (F32)
- *   for each layer:
- *     h    = rmsnorm(residual)           (fused with the residual add after layer 0)
- *     qkv  = h [q_proj | k_proj | v_proj]            one [T, (H + 2 KV) hd] buffer
- *                                                    (one matmul when fused at load)
- *     q, k = q_norm/k_norm (Qwen3), then RoPE at the batch positions
- *     cache[slot_mapping] = k, v                     (one qk_rope_store op where
- *                                                    the backend has it; with the
- *                                                    fused projection one
- *                                                    matmul_rope_store op where it
- *                                                    has that, for archs without
- *                                                    head norms)
- *     attn = attention(q, paged cache)               causal, GQA, sliding window
- *     residual += attn o_proj;  h = rmsnorm(residual)
- *     residual += down(silu(h gate) * (h up))       (one matmul_glu for the fused
- *                                                    gate/up where the backend has it)
- *     h = rmsnorm(residual)                         (the next layer's input norm)
- *   logits = lm_head(rmsnorm(residual[logits_idx]))
+ * forward.c — running the decoder over a ragged batch: the scratch and KV
+ * cache it needs (sized by the widest layer), the batch upload, the choice
+ * between the backend's whole-step op and the layers (blocks.c), and decode
+ * graphs.
  */
 #include "model/model.h"
 
 #include <math.h>
 #include <string.h>
 
-static int64_t qkv_width(const struct tern_hparams *hp)
+/* The widest q|k|v, q, and intermediate over the layers. */
+static void widths(const struct tern_model_core *m, int64_t *qkv, int64_t *q, int64_t *ff)
 {
-    return (int64_t)(hp->num_attention_heads + 2 * hp->num_key_value_heads) * hp->head_dim;
+    *qkv = *q = *ff = 0;
+    for (int32_t l = 0; l < m->hp.num_hidden_layers; l++) {
+        const struct tern_attn_params *a = &m->plans[l].attn;
+        int64_t qd = (int64_t)a->n_heads * a->head_dim, kvd = (int64_t)a->n_kv_heads * a->head_dim;
+        if (qd + 2 * kvd > *qkv) *qkv = qd + 2 * kvd;
+        if (qd > *q) *q = qd;
+        if (m->plans[l].intermediate > *ff) *ff = m->plans[l].intermediate;
+    }
 }
 
 static enum tern_status alloc2(struct tern_backend *be, enum tern_dtype dt, int64_t rows,
@@ -94,7 +85,9 @@ enum tern_status tern_fwd_init(struct tern_model_core *m, int32_t max_tokens, in
     f->max_blocks_per_seq = max_blocks_per_seq;
     f->max_logits = max_logits;
     f->batch.block_size = block_size;
-    int64_t E = hp->hidden_size, F = hp->intermediate_size;
+    int64_t E = hp->hidden_size, QKV, QD, F;
+    int64_t LP = (int64_t)hp->per_layer_dim * hp->num_hidden_layers;
+    widths(m, &QKV, &QD, &F);
     int64_t n[META_N], total = 0;
     meta_sizes(f, n);
     for (int i = 0; i < META_N; i++) total += n[i];
@@ -104,12 +97,13 @@ enum tern_status tern_fwd_init(struct tern_model_core *m, int32_t max_tokens, in
      * the logits on tiny-llama3-rope, 1.0e-2 with an F32 residual). */
     if ((st = alloc2(be, TERN_DTYPE_F32, max_tokens, E, &f->residual)) ||
         (st = alloc2(be, dt, max_tokens, E, &f->h)) ||
-        (st = alloc2(be, dt, max_tokens, qkv_width(hp), &f->qkv)) ||
-        (st = alloc2(be, dt, max_tokens, (int64_t)hp->num_attention_heads * hp->head_dim,
-                     &f->attn)) ||
+        (st = alloc2(be, dt, max_tokens, QKV, &f->qkv)) ||
+        (st = alloc2(be, dt, max_tokens, QD, &f->attn)) ||
         (st = alloc2(be, dt, max_tokens, E, &f->proj)) ||
         (st = alloc2(be, dt, max_tokens, 2 * F, &f->gate_up)) ||
         (st = alloc2(be, dt, max_tokens, F, &f->act)) ||
+        (LP && (st = alloc2(be, TERN_DTYPE_F32, max_tokens, LP, &f->pli))) ||
+        (LP && (st = alloc2(be, TERN_DTYPE_F32, max_tokens, LP, &f->pli_tmp))) ||
         (st = alloc2(be, dt, max_logits, E, &f->hl)) ||
         (st = alloc2(be, TERN_DTYPE_F32, max_logits, hp->vocab_size, &f->logits)) ||
         (st = tern_dtensor_alloc(be, TERN_DTYPE_I32, 1, (int64_t[]){max_logits}, &f->ids_out)) ||
@@ -131,8 +125,8 @@ enum tern_status tern_fwd_init(struct tern_model_core *m, int32_t max_tokens, in
 
 void tern_fwd_deinit(struct tern_model_core *m, struct tern_fwd *f)
 {
-    struct tern_dtensor *all[] = {&f->residual, &f->h,       &f->qkv,    &f->attn,
-                                  &f->proj,     &f->gate_up, &f->act,    &f->hl,
+    struct tern_dtensor *all[] = {&f->residual, &f->h,      &f->qkv,    &f->attn,    &f->proj,
+                                  &f->gate_up,  &f->act,    &f->pli,    &f->pli_tmp, &f->hl,
                                   &f->logits,   &f->ids_out, &f->ids_at, &f->meta};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tern_dtensor_free(m->be, all[i]);
     for (int32_t i = 0; i < f->n_graphs; i++) m->be->ops->graph_free(m->be, f->graphs[i].g);
@@ -143,10 +137,14 @@ void tern_fwd_deinit(struct tern_model_core *m, struct tern_fwd *f)
 
 size_t tern_kv_block_bytes(const struct tern_model_core *m, int32_t block_size)
 {
-    const struct tern_hparams *hp = &m->hp;
-    return (size_t)2 * (size_t)hp->num_hidden_layers * (size_t)block_size *
-           (size_t)hp->num_key_value_heads * (size_t)hp->head_dim *
-           tern_dtype_size(m->be->kv_dtype);
+    size_t n = 0;
+    for (int32_t l = 0; l < m->hp.num_hidden_layers; l++) {
+        const struct tern_layer_plan *p = &m->plans[l];
+        if (p->kv_source == l)
+            n += (size_t)2 * (size_t)block_size * (size_t)p->attn.n_kv_heads *
+                 (size_t)p->attn.head_dim * tern_dtype_size(m->be->kv_dtype);
+    }
+    return n;
 }
 
 enum tern_status tern_kv_cache_init(struct tern_model_core *m, int32_t n_blocks,
@@ -158,8 +156,10 @@ enum tern_status tern_kv_cache_init(struct tern_model_core *m, int32_t n_blocks,
     kv->block_size = block_size;
     kv->layers = tern_calloc((size_t)hp->num_hidden_layers, sizeof *kv->layers);
     if (!kv->layers) return TERN_E_NO_MEMORY;
-    int64_t shape[4] = {n_blocks, block_size, hp->num_key_value_heads, hp->head_dim};
-    for (int l = 0; l < hp->num_hidden_layers; l++) {
+    for (int32_t l = 0; l < hp->num_hidden_layers; l++) {
+        const struct tern_layer_plan *p = &m->plans[l];
+        if (p->kv_source != l) continue; /* reads its source layer's */
+        int64_t shape[4] = {n_blocks, block_size, p->attn.n_kv_heads, p->attn.head_dim};
         enum tern_status st = tern_dtensor_alloc(m->be, m->be->kv_dtype, 4, shape, &kv->layers[l].k);
         if (st == TERN_OK)
             st = tern_dtensor_alloc(m->be, m->be->kv_dtype, 4, shape, &kv->layers[l].v);
@@ -262,102 +262,6 @@ static enum tern_status upload_batch(struct tern_model_core *m, struct tern_fwd 
     return m->be->ops->upload(m->be, &all, h + from, tern_dtensor_bytes(&all));
 }
 
-/* A view of the first `rows` rows of a scratch tensor. */
-static struct tern_dtensor rows_of(const struct tern_dtensor *t, int64_t rows)
-{
-    return tern_dtensor_rows(t, 0, rows);
-}
-
-/* residual += x W^T; h = rmsnorm(residual) * norm_w (norm_w NULL: the add
- * only, after the last layer: the final norm runs over the logits rows). */
-static enum tern_status proj_add_norm(struct tern_model_core *m, struct tern_fwd *f,
-                                      const struct tern_dtensor *x, const struct tern_linear *w,
-                                      const struct tern_dtensor *norm_w, int64_t T)
-{
-    const struct tern_backend_ops *ops = m->be->ops;
-    struct tern_backend *be = m->be;
-    struct tern_dtensor res = rows_of(&f->residual, T), h = rows_of(&f->h, T);
-    struct tern_dtensor proj = rows_of(&f->proj, T);
-    TERN_TRY(ops->matmul(be, x, w, &proj, 0));
-    if (!norm_w) return ops->add(be, &res, &proj, &res);
-    return ops->add_rmsnorm(be, &res, &proj, norm_w, m->hp.rms_norm_eps, &h);
-}
-
-static enum tern_status attention_block(struct tern_model_core *m, struct tern_fwd *f,
-                                        const struct tern_layer *ly, struct tern_kv_layer *kvl,
-                                        int64_t T)
-{
-    const struct tern_backend_ops *ops = m->be->ops;
-    struct tern_backend *be = m->be;
-    const struct tern_hparams *hp = &m->hp;
-    int64_t qd = (int64_t)hp->num_attention_heads * hp->head_dim;
-    int64_t kvd = (int64_t)hp->num_key_value_heads * hp->head_dim;
-    struct tern_dtensor h = rows_of(&f->h, T), qkv = rows_of(&f->qkv, T);
-    struct tern_dtensor attn = rows_of(&f->attn, T);
-    const struct tern_dtensor *post = &ly->post_attention_layernorm;
-    bool fused = ly->qkv_proj.weight.buf != NULL;
-    if (fused && ops->matmul_rope_store && ops->qk_rope_store && !m->arch->qk_norm) {
-        /* the projection, rope and the cache stores in one op */
-        TERN_TRY(ops->matmul_rope_store(be, &h, &ly->qkv_proj, &qkv, &m->rope, &m->attn,
-                                        &f->batch, kvl));
-        TERN_TRY(ops->attention(be, &qkv, kvl, &f->batch, &m->attn, &attn));
-        return proj_add_norm(m, f, &attn, &ly->o_proj, post, T);
-    } else if (fused) {
-        TERN_TRY(ops->matmul(be, &h, &ly->qkv_proj, &qkv, 0));
-    } else {
-        TERN_TRY(ops->matmul(be, &h, &ly->q_proj, &qkv, 0));
-        TERN_TRY(ops->matmul(be, &h, &ly->k_proj, &qkv, qd));
-        TERN_TRY(ops->matmul(be, &h, &ly->v_proj, &qkv, qd + kvd));
-    }
-    if (ops->qk_rope_store) { /* head norms, rope and the KV store in one op */
-        bool qn = m->arch->qk_norm;
-        const struct tern_dtensor *qw = qn ? &ly->q_norm : NULL, *kw = qn ? &ly->k_norm : NULL;
-        TERN_TRY(ops->qk_rope_store(be, &qkv, qw, kw, hp->rms_norm_eps, &m->rope, &m->attn,
-                                    &f->batch, kvl));
-        TERN_TRY(ops->attention(be, &qkv, kvl, &f->batch, &m->attn, &attn));
-        return proj_add_norm(m, f, &attn, &ly->o_proj, post, T);
-    }
-    if (m->arch->qk_norm) {
-        TERN_TRY(ops->head_rmsnorm(be, &qkv, 0, hp->num_attention_heads, hp->head_dim, &ly->q_norm,
-                                   hp->rms_norm_eps));
-        TERN_TRY(ops->head_rmsnorm(be, &qkv, qd, hp->num_key_value_heads, hp->head_dim,
-                                   &ly->k_norm, hp->rms_norm_eps));
-    }
-    if (fused) { /* the k heads follow the q heads: one rope over both */
-        TERN_TRY(ops->rope(be, &qkv, 0, hp->num_attention_heads + hp->num_key_value_heads,
-                           &f->batch.positions, &m->rope));
-    } else {
-        TERN_TRY(ops->rope(be, &qkv, 0, hp->num_attention_heads, &f->batch.positions, &m->rope));
-        TERN_TRY(ops->rope(be, &qkv, qd, hp->num_key_value_heads, &f->batch.positions, &m->rope));
-    }
-    TERN_TRY(ops->kv_store(be, &qkv, qd, qd + kvd, &f->batch, kvl));
-    TERN_TRY(ops->attention(be, &qkv, kvl, &f->batch, &m->attn, &attn));
-    return proj_add_norm(m, f, &attn, &ly->o_proj, post, T);
-}
-
-/* The MLP, its down projection added into the residual and normalised with
- * next_norm (the next layer's input norm; NULL after the last layer). */
-static enum tern_status mlp_block(struct tern_model_core *m, struct tern_fwd *f,
-                                  const struct tern_layer *ly, const struct tern_dtensor *next_norm,
-                                  int64_t T)
-{
-    const struct tern_backend_ops *ops = m->be->ops;
-    struct tern_backend *be = m->be;
-    struct tern_dtensor h = rows_of(&f->h, T), gu = rows_of(&f->gate_up, T);
-    struct tern_dtensor act = rows_of(&f->act, T);
-    if (ly->gate_up_proj.weight.buf && ops->matmul_glu) { /* silu_mul in the GEMV epilogue */
-        TERN_TRY(ops->matmul_glu(be, &h, &ly->gate_up_proj, &gu, &act));
-    } else if (ly->gate_up_proj.weight.buf) {
-        TERN_TRY(ops->matmul(be, &h, &ly->gate_up_proj, &gu, 0));
-        TERN_TRY(ops->silu_mul(be, &gu, &act));
-    } else {
-        TERN_TRY(ops->matmul(be, &h, &ly->gate_proj, &gu, 0));
-        TERN_TRY(ops->matmul(be, &h, &ly->up_proj, &gu, m->hp.intermediate_size));
-        TERN_TRY(ops->silu_mul(be, &gu, &act));
-    }
-    return proj_add_norm(m, f, &act, &ly->down_proj, next_norm, T);
-}
-
 /* Whether a forward of T tokens and n_logits rows over the uploaded batch
  * runs as the backend's decode step op. */
 static bool step_fits(const struct tern_model_core *m, const struct tern_fwd *f, int64_t T,
@@ -366,44 +270,21 @@ static bool step_fits(const struct tern_model_core *m, const struct tern_fwd *f,
     return m->step && T == 1 && n_logits == 1 && f->batch.host->n_seqs == 1;
 }
 
-/* The layers and the logits over the uploaded batch (f->batch): only ops,
+/* The forward over the uploaded batch (f->batch): the backend's step op for
+ * one sequence's decode step where it has one, else the layers. Only ops,
  * so it can be captured. */
 static enum tern_status compute(struct tern_model_core *m, struct tern_fwd *f,
                                 struct tern_kv_cache *kv, int64_t T, int32_t n_logits)
 {
-    const struct tern_backend_ops *ops = m->be->ops;
+    if (!step_fits(m, f, T, n_logits)) return tern_model_compute(m, f, kv, T, n_logits);
+    /* one sequence's decode step as one op (model.c), its argmax into the
+     * token ids (the next step's input) and ids_at */
     struct tern_backend *be = m->be;
-    const struct tern_hparams *hp = &m->hp;
-    float eps = hp->rms_norm_eps;
-    struct tern_dtensor res = rows_of(&f->residual, T), h = rows_of(&f->h, T);
-    int n_layers = hp->num_hidden_layers;
-    TERN_TRY(ops->get_rows(be, &m->w.embed_tokens, &f->batch.token_ids, &res));
-    if (step_fits(m, f, T, n_logits)) {
-        /* one sequence's decode step as one op (tern_model_core_load), its
-         * argmax into the token ids (the next step's input) and ids_at */
-        struct tern_dtensor logits = rows_of(&f->logits, 1);
-        return ops->step_run(be, m->step, &res, &f->batch, kv->layers, &logits, &f->batch.token_ids,
-                             &f->ids_at);
-    }
-    /* Each layer leaves the next one's normalised input in h (and the last
-     * layer only its residual add: the final norm is over the logits rows). */
-    if (n_layers > 0) TERN_TRY(ops->rmsnorm(be, &res, &m->w.layers[0].input_layernorm, eps, &h));
-    for (int l = 0; l < n_layers; l++) {
-        const struct tern_layer *ly = &m->w.layers[l];
-        TERN_TRY(attention_block(m, f, ly, &kv->layers[l], T));
-        TERN_TRY(mlp_block(m, f, ly, l + 1 < n_layers ? &m->w.layers[l + 1].input_layernorm : NULL,
-                           T));
-    }
-    if (n_logits == 0) return TERN_OK;
-    struct tern_linear hidden = {0};
-    hidden.weight = res;
-    hidden.in_features = hp->hidden_size;
-    hidden.out_features = T;
-    struct tern_dtensor hl = rows_of(&f->hl, n_logits);
-    struct tern_dtensor logits = rows_of(&f->logits, n_logits);
-    TERN_TRY(ops->get_rows(be, &hidden, &f->batch.logits_idx, &hl));
-    TERN_TRY(ops->rmsnorm(be, &hl, &m->w.norm, eps, &hl));
-    return ops->matmul(be, &hl, &m->w.lm_head, &logits, 0);
+    struct tern_dtensor res = tern_dtensor_rows(&f->residual, 0, 1);
+    struct tern_dtensor logits = tern_dtensor_rows(&f->logits, 0, 1);
+    TERN_TRY(be->ops->get_rows(be, &m->w.embed_tokens, &f->batch.token_ids, &res));
+    return be->ops->step_run(be, m->step, &res, &f->batch, kv->layers, &logits,
+                             &f->batch.token_ids, &f->ids_at);
 }
 
 /* Uploads the batch, then puts the device token ids in place if given
@@ -490,104 +371,4 @@ enum tern_status tern_model_forward_graph(struct tern_model_core *m, struct tern
     if (g && g->g) return be->ops->graph_launch(be, g->g);
     TERN_TRY(compute(m, f, kv, batch->n_tokens, batch->n_logits));
     return g ? TERN_OK : graph_capture(m, f, kv, &key);
-}
-
-/* The backend's one-op decode step, where it has one and the model fits
- * it (and not in deterministic mode: its sums run in another order than
- * the op-by-op path's). A model that does not fit runs op by op; the
- * reason goes to the info log. */
-static void step_prepare(struct tern_model_core *m)
-{
-    const struct tern_backend_ops *ops = m->be->ops;
-    const struct tern_hparams *hp = &m->hp;
-    if (!ops->step_prepare || !ops->step_run || m->be->deterministic) return;
-    struct tern_step_layer *ly = tern_calloc((size_t)hp->num_hidden_layers, sizeof *ly);
-    if (!ly) return;
-    for (int l = 0; l < hp->num_hidden_layers; l++) {
-        const struct tern_layer *w = &m->w.layers[l];
-        ly[l].qkv = &w->qkv_proj;
-        ly[l].o = &w->o_proj;
-        ly[l].gate_up = &w->gate_up_proj;
-        ly[l].down = &w->down_proj;
-        ly[l].in_norm = &w->input_layernorm;
-        ly[l].post_norm = &w->post_attention_layernorm;
-    }
-    struct tern_step_desc d = {
-        .n_layers = hp->num_hidden_layers,
-        .layers = ly,
-        .final_norm = &m->w.norm,
-        .lm_head = &m->w.lm_head,
-        .hidden = hp->hidden_size,
-        .intermediate = hp->intermediate_size,
-        .vocab = hp->vocab_size,
-        .eps = hp->rms_norm_eps,
-        .qk_norm = m->arch->qk_norm,
-        .rope = &m->rope,
-        .attn = &m->attn,
-    };
-    enum tern_status st = ops->step_prepare(m->be, &d, &m->step);
-    if (st != TERN_OK) {
-        m->step = NULL;
-        tern_log(TERN_LOG_INFO, "forward: decode runs op by op (%s)", tern_last_error());
-    }
-    tern_free(ly);
-}
-
-enum tern_status tern_model_core_load(struct tern_snapshot *snap, const struct tern_json_doc *cfg,
-                                      const struct tern_backend_params *bp, bool progress,
-                                      struct tern_model_core *m)
-{
-    memset(m, 0, sizeof *m);
-    const json_t *archs = json_object_get(cfg->root, "architectures");
-    const json_t *a0 = json_is_array(archs) ? json_array_get(archs, 0) : NULL;
-    if (!json_is_string(a0))
-        return tern_error(TERN_E_FORMAT, "%s: key 'architectures' must be a non-empty list of "
-                          "strings", cfg->path);
-    const char *name = json_string_value(a0);
-    m->arch = tern_arch_find(name);
-    if (!m->arch)
-        return tern_error(TERN_E_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: %s)",
-                          cfg->path, name, tern_arch_supported());
-    TERN_TRY(tern_hparams_read(cfg, m->arch, &m->hp));
-    const struct tern_hparams *hp = &m->hp;
-    enum tern_status st = tern_backend_create(bp, &m->be);
-    if (st != TERN_OK) return st;
-    st = tern_weights_load(m->be, snap, cfg, m->arch, hp, progress, &m->w);
-    if (st != TERN_OK) goto fail;
-    int32_t rot = (int32_t)(hp->head_dim * hp->partial_rotary_factor);
-    float inv[2048];
-    if (rot / 2 > 2048) {
-        st = tern_error(TERN_E_UNSUPPORTED, "head_dim %d too large", hp->head_dim);
-        goto fail;
-    }
-    m->rope.head_dim = hp->head_dim;
-    m->rope.rotary_dim = rot;
-    m->rope.interleaved = false;
-    tern_rope_inv_freq(hp, rot, inv, &m->rope.mscale);
-    st = tern_dtensor_alloc(m->be, TERN_DTYPE_F32, 1, (int64_t[]){rot / 2}, &m->rope.inv_freq);
-    if (st == TERN_OK)
-        st = m->be->ops->upload(m->be, &m->rope.inv_freq, inv, (size_t)(rot / 2) * sizeof(float));
-    if (st != TERN_OK) goto fail;
-    m->attn.n_heads = hp->num_attention_heads;
-    m->attn.n_kv_heads = hp->num_key_value_heads;
-    m->attn.head_dim = hp->head_dim;
-    m->attn.scale = 1.0f / sqrtf((float)hp->head_dim);
-    m->attn.sliding_window = hp->sliding_window;
-    m->attn.softcap = 0;
-    step_prepare(m);
-    return TERN_OK;
-fail:
-    tern_model_core_free(m);
-    return st;
-}
-
-void tern_model_core_free(struct tern_model_core *m)
-{
-    if (!m->be) return;
-    if (m->step) m->be->ops->step_free(m->be, m->step);
-    m->step = NULL;
-    tern_dtensor_free(m->be, &m->rope.inv_freq);
-    tern_weights_free(m->be, &m->w);
-    tern_backend_destroy(m->be);
-    m->be = NULL;
 }

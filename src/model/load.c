@@ -1,22 +1,30 @@
 /*
- * load.c — binding a snapshot's tensors to the decoder's weights.
+ * load.c — binding a snapshot's tensors to the weights the layer plans need.
  *
- * Every tensor the architecture needs is checked for presence, dtype and
- * shape against the config before anything runs; the error names the tensor,
- * what the config expects, and what the file holds. Dense weights may be
+ * The family names each canonical tensor (arch.h); the loader finds the
+ * text model's prefix in the snapshot ("model.", or a multimodal wrapper's
+ * "model.language_model." / "language_model.model."), then binds exactly the
+ * tensors each layer's plan uses, checking presence, dtype and shape against
+ * the config before anything runs; the error names the tensor, what the
+ * config expects, and what the file holds. Dense weights may be
  * F32/F16/BF16; MLX affine quantized linears (weight U32 + scales + biases)
  * are recognised by their `.scales` tensor and checked against the
  * `quantization` block of config.json and its per-module overrides.
- * Backend buffers are made per tensor (the CPU backend uses the mmapped bytes
- * in place; CUDA copies them to the device), except on device backends,
- * where q/k/v and gate/up of a layer are fused when they agree in format:
- * their pieces are uploaded into row slices of one buffer per tensor kind
- * (layer.qkv_proj, layer.gate_up_proj), so the forward issues one matmul for
- * each, and q_proj etc. stay valid as views of the slices. TERN_FUSE=0 turns
- * this off. The CPU keeps separate linears (its results stay bitwise those
- * of the unfused model, and its buffers are the mapped file in place).
+ *
+ * Backend buffers are made per tensor (the CPU backend uses the mmapped
+ * bytes in place; CUDA copies them to the device), except:
+ *   - on device backends q/k/v and gate/up of a layer are fused when they
+ *     agree in format: their pieces are uploaded into row slices of one
+ *     buffer per tensor kind (layer.qkv_proj, layer.gate_up_proj), so the
+ *     forward issues one matmul for each; q_proj etc. stay valid as views of
+ *     the slices. A k_eq_v layer's fused weight is q | k | k (its values are
+ *     the raw keys). The CPU keeps separate linears (its results stay bitwise
+ *     those of the unfused model, and its buffers are the mapped file).
+ *   - norm weights of a family whose norms apply (1 + w) are stored as
+ *     float32 1 + w (the float32 sum transformers computes), so every norm
+ *     op multiplies by its weight.
  */
-#include "model/model.h"
+#include "model/arch.h"
 #include "tensor/quant.h"
 
 #include <stdio.h>
@@ -37,14 +45,19 @@ struct loader {
     struct tern_backend *be;
     struct tern_snapshot *snap;
     const struct tern_json_doc *cfg;
+    const struct tern_family *fam;
+    const struct tern_hparams *hp;
     struct tern_weights *w;
     const json_t *quant; /* config "quantization" object or NULL */
+    const char *prefix;  /* the text model's tensor prefix, e.g. "model." */
+    const char *head_prefix; /* where lm_head lives: "" or "language_model." */
     bool progress;
     size_t n_done, n_total;
     uint64_t t0;
-    bool fuse_ok;      /* device backend and TERN_FUSE != 0: fuse q/k/v and gate/up */
+    bool fuse_ok;      /* device backend: fuse q/k/v and gate/up */
     struct slot *fuse; /* non-NULL while binding a fused group (SLOT_N slots) */
     struct slot *slot; /* where bind() uploads the tensor it is binding, or NULL */
+    int norm_dtype;    /* the first norm's dtype in the file (the model's dtype), or -1 */
 };
 
 static enum tern_status track_buf(struct tern_weights *w, struct tern_buf *b)
@@ -68,50 +81,70 @@ static void show_progress(struct loader *L)
     }
 }
 
-static const char *shape_s(const int64_t *shape, int n, char *buf)
+/* The full name of canonical tensor `kind` of layer `layer` (-1: model
+ * level), with `suffix` appended (".weight", ".scales", "" ...). */
+static const char *tensor_name(const struct loader *L, enum tern_tensor_kind kind, int32_t layer,
+                               const char *suffix, char *buf, size_t cap)
 {
-    return tern_shape_str(shape, n, buf, 96);
+    char base[160];
+    const char *tmpl = L->fam->names[kind];
+    if (!tmpl) tmpl = "?";
+    if (layer >= 0) snprintf(base, sizeof base, tmpl, layer);
+    else snprintf(base, sizeof base, "%s", tmpl);
+    snprintf(buf, cap, "%s%s%s", kind == TT_LM_HEAD ? L->head_prefix : L->prefix, base, suffix);
+    return buf;
 }
 
 /* Fetches `name` and checks its shape; `dtypes` is a mask of allowed dtypes. */
-static enum tern_status bind(struct loader *L, const char *name, int n_dims, const int64_t *shape,
-                             unsigned dtypes, struct tern_dtensor *out)
+static enum tern_status fetch(struct loader *L, const char *name, int n_dims,
+                              const int64_t *shape, unsigned dtypes, struct tern_tensor_view *v)
 {
-    struct tern_tensor_view v;
-    TERN_TRY(tern_snapshot_get(L->snap, name, &v));
+    TERN_TRY(tern_snapshot_get(L->snap, name, v));
     char a[96], b[96];
-    if (!(dtypes & (1u << v.dtype)))
+    if (!(dtypes & (1u << v->dtype)))
         return tern_error(TERN_E_FORMAT, "%s: tensor '%s' has dtype %s, which this layer cannot use",
-                          tern_snapshot_dir(L->snap), name, tern_dtype_name(v.dtype));
-    bool same = v.n_dims == n_dims;
-    for (int i = 0; same && i < n_dims; i++) same = v.shape[i] == shape[i];
+                          tern_snapshot_dir(L->snap), name, tern_dtype_name(v->dtype));
+    bool same = v->n_dims == n_dims;
+    for (int i = 0; same && i < n_dims; i++) same = v->shape[i] == shape[i];
     if (!same)
         return tern_error(TERN_E_FORMAT, "%s: tensor '%s' has shape %s, config expects %s",
-                          tern_snapshot_dir(L->snap), name, shape_s(v.shape, v.n_dims, a),
-                          shape_s(shape, n_dims, b));
+                          tern_snapshot_dir(L->snap), name, tern_shape_str(v->shape, v->n_dims, a, 96),
+                          tern_shape_str(shape, n_dims, b, 96));
+    return TERN_OK;
+}
+
+/* Makes out a buffer holding v's bytes (or a slice of the fused group's). */
+static enum tern_status bind_view(struct loader *L, const struct tern_tensor_view *v, int n_dims,
+                                  const int64_t *shape, struct tern_dtensor *out)
+{
     memset(out, 0, sizeof *out);
-    out->dtype = v.dtype;
+    out->dtype = v->dtype;
     out->n_dims = n_dims;
     memcpy(out->shape, shape, sizeof(int64_t) * (size_t)n_dims);
     if (L->slot) { /* a piece of a fused linear: rows appended to the group's buffer */
         out->buf = L->slot->buf;
         out->offset = L->slot->off;
-        TERN_TRY(L->be->ops->upload(L->be, out, v.data, v.n_bytes));
-        L->slot->off += v.n_bytes;
-        L->w->n_bytes += (int64_t)v.n_bytes;
-        show_progress(L);
-        return TERN_OK;
-    }
-    if ((uintptr_t)v.data % tern_dtype_size(v.dtype) == 0) {
-        TERN_TRY(L->be->ops->buf_from_host(L->be, v.data, v.n_bytes, &out->buf));
+        TERN_TRY(L->be->ops->upload(L->be, out, v->data, v->n_bytes));
+        L->slot->off += v->n_bytes;
+    } else if ((uintptr_t)v->data % tern_dtype_size(v->dtype) == 0) {
+        TERN_TRY(L->be->ops->buf_from_host(L->be, v->data, v->n_bytes, &out->buf));
+        TERN_TRY(track_buf(L->w, out->buf));
     } else { /* safetensors does not promise alignment: copy a misaligned tensor */
-        TERN_TRY(L->be->ops->buf_alloc(L->be, v.n_bytes, &out->buf));
-        TERN_TRY(L->be->ops->upload(L->be, out, v.data, v.n_bytes));
+        TERN_TRY(L->be->ops->buf_alloc(L->be, v->n_bytes, &out->buf));
+        TERN_TRY(track_buf(L->w, out->buf));
+        TERN_TRY(L->be->ops->upload(L->be, out, v->data, v->n_bytes));
     }
-    TERN_TRY(track_buf(L->w, out->buf));
-    L->w->n_bytes += (int64_t)v.n_bytes;
+    L->w->n_bytes += (int64_t)v->n_bytes;
     show_progress(L);
     return TERN_OK;
+}
+
+static enum tern_status bind(struct loader *L, const char *name, int n_dims, const int64_t *shape,
+                             unsigned dtypes, struct tern_dtensor *out)
+{
+    struct tern_tensor_view v;
+    TERN_TRY(fetch(L, name, n_dims, shape, dtypes, &v));
+    return bind_view(L, &v, n_dims, shape, out);
 }
 
 #define FLOATS ((1u << TERN_DTYPE_F32) | (1u << TERN_DTYPE_F16) | (1u << TERN_DTYPE_BF16))
@@ -119,6 +152,41 @@ static enum tern_status bind(struct loader *L, const char *name, int n_dims, con
  * a float32 model's in float32. */
 #define SCALE_DTYPES FLOATS
 
+static float to_f32(const void *data, enum tern_dtype dt, size_t i)
+{
+    if (dt == TERN_DTYPE_F32) return ((const float *)data)[i];
+    uint16_t h = ((const uint16_t *)data)[i];
+    return dt == TERN_DTYPE_BF16 ? tern_bf16_to_f32(h) : tern_f16_to_f32(h);
+}
+
+/* A norm weight [n]: as stored, or as float32 1 + w for (1 + w) families. */
+static enum tern_status bind_norm(struct loader *L, enum tern_tensor_kind kind, int32_t layer,
+                                  int64_t n, struct tern_dtensor *out)
+{
+    char name[256];
+    tensor_name(L, kind, layer, "", name, sizeof name);
+    struct tern_tensor_view v;
+    TERN_TRY(fetch(L, name, 1, &n, FLOATS, &v));
+    L->w->n_params += n;
+    if (L->norm_dtype < 0) L->norm_dtype = (int)v.dtype;
+    if (!L->hp->norm_plus_one) return bind_view(L, &v, 1, &n, out);
+    float *f = tern_malloc((size_t)n * sizeof *f);
+    if (!f) return TERN_E_NO_MEMORY;
+    for (int64_t i = 0; i < n; i++) f[i] = 1.0f + to_f32(v.data, v.dtype, (size_t)i);
+    memset(out, 0, sizeof *out);
+    out->dtype = TERN_DTYPE_F32;
+    out->n_dims = 1;
+    out->shape[0] = n;
+    enum tern_status st = L->be->ops->buf_alloc(L->be, (size_t)n * sizeof *f, &out->buf);
+    if (st == TERN_OK) st = track_buf(L->w, out->buf);
+    if (st == TERN_OK) st = L->be->ops->upload(L->be, out, f, (size_t)n * sizeof *f);
+    tern_free(f);
+    L->w->n_bytes += (int64_t)v.n_bytes;
+    show_progress(L);
+    return st;
+}
+
+/* A plain float vector [n] (biases, scalars): as stored. */
 static enum tern_status bind_vec(struct loader *L, const char *name, int64_t n,
                                  struct tern_dtensor *out)
 {
@@ -212,6 +280,16 @@ static enum tern_status bind_linear(struct loader *L, const char *module, int64_
     L->slot = NULL;
     return TERN_OK;
 }
+
+/* bind_linear of a canonical tensor. */
+static enum tern_status bind_kind(struct loader *L, enum tern_tensor_kind kind, int32_t layer,
+                                  int64_t out, int64_t in, bool has_bias, struct tern_linear *lin)
+{
+    char module[256];
+    tensor_name(L, kind, layer, "", module, sizeof module);
+    return bind_linear(L, module, out, in, has_bias, lin);
+}
+
 /* The byte sizes of the pieces of a fused group per tensor kind, or false
  * when the pieces do not share one format (dense: one dtype; quantized: the
  * same bits, group size and scale dtype; biases all of one dtype) or cannot
@@ -271,7 +349,9 @@ static void fused_tensor(struct tern_dtensor *t, struct tern_buf *buf, int64_t r
  * the pieces agree (group_sizes), their tensors go into row slices of one
  * buffer per kind, `fused` describes the whole [sum outs, in] linear and each
  * part stays a view of its slice; otherwise `fused` is left empty
- * (weight.buf == NULL) and the parts are separate. */
+ * (weight.buf == NULL) and the parts are separate. A module may appear twice
+ * (k_eq_v: q | k | k); unfused, a repeated module's part is a copy of its
+ * first binding. */
 static enum tern_status bind_group(struct loader *L, const char *const *mods, const int64_t *outs,
                                    int n, int64_t in, bool has_bias,
                                    struct tern_linear *const *parts, struct tern_linear *fused)
@@ -279,8 +359,13 @@ static enum tern_status bind_group(struct loader *L, const char *const *mods, co
     size_t bytes[SLOT_N];
     memset(fused, 0, sizeof *fused);
     if (!L->fuse_ok || !group_sizes(L, mods, n, has_bias, bytes)) {
-        for (int i = 0; i < n; i++)
-            TERN_TRY(bind_linear(L, mods[i], outs[i], in, has_bias, parts[i]));
+        for (int i = 0; i < n; i++) {
+            int first = i;
+            for (int j = 0; j < i; j++)
+                if (!strcmp(mods[j], mods[i]) && first == i) first = j;
+            if (first < i) *parts[i] = *parts[first];
+            else TERN_TRY(bind_linear(L, mods[i], outs[i], in, has_bias, parts[i]));
+        }
         return TERN_OK;
     }
     struct slot slots[SLOT_N];
@@ -315,36 +400,83 @@ static enum tern_status bind_group(struct loader *L, const char *const *mods, co
     return TERN_OK;
 }
 
-static enum tern_status bind_layer(struct loader *L, const struct tern_arch *arch,
-                                   const struct tern_hparams *hp, int i, struct tern_layer *ly)
+static enum tern_status bind_attention(struct loader *L, int32_t i, const struct tern_layer_plan *p,
+                                       struct tern_layer *ly)
 {
-    char p[128], n[192];
-    int64_t E = hp->hidden_size, F = hp->intermediate_size, hd = hp->head_dim;
-    int64_t qd = hd * hp->num_attention_heads, kvd = hd * hp->num_key_value_heads;
-    snprintf(p, sizeof p, "model.layers.%d", i);
-#define NAME(suffix) (snprintf(n, sizeof n, "%s.%s", p, suffix), n)
-    TERN_TRY(bind_vec(L, NAME("input_layernorm.weight"), E, &ly->input_layernorm));
-    TERN_TRY(bind_vec(L, NAME("post_attention_layernorm.weight"), E, &ly->post_attention_layernorm));
-    char nq[192], nk[192], nv[192], ng[192], nu[192];
-    snprintf(nq, sizeof nq, "%s.self_attn.q_proj", p);
-    snprintf(nk, sizeof nk, "%s.self_attn.k_proj", p);
-    snprintf(nv, sizeof nv, "%s.self_attn.v_proj", p);
-    snprintf(ng, sizeof ng, "%s.mlp.gate_proj", p);
-    snprintf(nu, sizeof nu, "%s.mlp.up_proj", p);
-    const char *qkv[3] = {nq, nk, nv}, *gu[2] = {ng, nu};
-    const int64_t qkv_out[3] = {qd, kvd, kvd}, gu_out[2] = {F, F};
-    struct tern_linear *const qkv_parts[3] = {&ly->q_proj, &ly->k_proj, &ly->v_proj};
-    struct tern_linear *const gu_parts[2] = {&ly->gate_proj, &ly->up_proj};
-    TERN_TRY(bind_group(L, qkv, qkv_out, 3, E, hp->attention_bias, qkv_parts, &ly->qkv_proj));
-    TERN_TRY(bind_linear(L, NAME("self_attn.o_proj"), E, qd, hp->o_bias, &ly->o_proj));
-    if (arch->qk_norm) {
-        TERN_TRY(bind_vec(L, NAME("self_attn.q_norm.weight"), hd, &ly->q_norm));
-        TERN_TRY(bind_vec(L, NAME("self_attn.k_norm.weight"), hd, &ly->k_norm));
+    int64_t E = L->hp->hidden_size, hd = p->attn.head_dim;
+    int64_t qd = hd * p->attn.n_heads, kvd = hd * p->attn.n_kv_heads;
+    char nq[256], nk[256], nv[256];
+    tensor_name(L, TT_Q, i, "", nq, sizeof nq);
+    tensor_name(L, TT_K, i, "", nk, sizeof nk);
+    tensor_name(L, TT_V, i, "", nv, sizeof nv);
+    if (p->kv_source != i) { /* shares another layer's K/V: queries only */
+        TERN_TRY(bind_linear(L, nq, qd, E, p->qkv_bias, &ly->q_proj));
+    } else {
+        const char *mods[3] = {nq, nk, p->k_eq_v ? nk : nv};
+        const int64_t outs[3] = {qd, kvd, kvd};
+        struct tern_linear *const parts[3] = {&ly->q_proj, &ly->k_proj, &ly->v_proj};
+        TERN_TRY(bind_group(L, mods, outs, 3, E, p->qkv_bias, parts, &ly->qkv_proj));
     }
-    TERN_TRY(bind_group(L, gu, gu_out, 2, E, hp->mlp_bias, gu_parts, &ly->gate_up_proj));
-    TERN_TRY(bind_linear(L, NAME("mlp.down_proj"), E, F, hp->mlp_bias, &ly->down_proj));
-#undef NAME
+    TERN_TRY(bind_kind(L, TT_O, i, E, qd, p->o_bias, &ly->o_proj));
+    if (p->qk_norm) {
+        TERN_TRY(bind_norm(L, TT_Q_NORM, i, hd, &ly->q_norm));
+        if (p->kv_source == i) TERN_TRY(bind_norm(L, TT_K_NORM, i, hd, &ly->k_norm));
+    }
     return TERN_OK;
+}
+
+static enum tern_status bind_layer(struct loader *L, int32_t i, const struct tern_layer_plan *p,
+                                   struct tern_layer *ly)
+{
+    const struct tern_hparams *hp = L->hp;
+    int64_t E = hp->hidden_size, F = p->intermediate, P = hp->per_layer_dim;
+    TERN_TRY(bind_norm(L, TT_ATTN_NORM, i, E, &ly->attn_norm));
+    if (p->attn_post_norm) TERN_TRY(bind_norm(L, TT_ATTN_POST_NORM, i, E, &ly->attn_post_norm));
+    TERN_TRY(bind_norm(L, TT_FFN_NORM, i, E, &ly->ffn_norm));
+    if (p->ffn_post_norm) TERN_TRY(bind_norm(L, TT_FFN_POST_NORM, i, E, &ly->ffn_post_norm));
+    TERN_TRY(bind_attention(L, i, p, ly));
+    char ng[256], nu[256];
+    tensor_name(L, TT_GATE, i, "", ng, sizeof ng);
+    tensor_name(L, TT_UP, i, "", nu, sizeof nu);
+    const char *gu[2] = {ng, nu};
+    const int64_t gu_out[2] = {F, F};
+    struct tern_linear *const gu_parts[2] = {&ly->gate_proj, &ly->up_proj};
+    TERN_TRY(bind_group(L, gu, gu_out, 2, E, p->mlp_bias, gu_parts, &ly->gate_up_proj));
+    TERN_TRY(bind_kind(L, TT_DOWN, i, E, F, p->mlp_bias, &ly->down_proj));
+    char name[256];
+    if (p->layer_scalar)
+        TERN_TRY(bind_vec(L, tensor_name(L, TT_LAYER_SCALAR, i, "", name, sizeof name), 1,
+                          &ly->layer_scalar));
+    if (p->per_layer_input) {
+        TERN_TRY(bind_kind(L, TT_PLI_GATE, i, P, E, false, &ly->pli_gate));
+        TERN_TRY(bind_kind(L, TT_PLI_PROJ, i, E, P, false, &ly->pli_proj));
+        TERN_TRY(bind_norm(L, TT_PLI_POST_NORM, i, E, &ly->pli_post_norm));
+    }
+    return TERN_OK;
+}
+
+/* The text model's prefix: the one under which the embedding exists. */
+static enum tern_status find_prefix(struct loader *L)
+{
+    static const char *const prefixes[][2] = {
+        {"model.", ""},                                  /* a text model */
+        {"model.language_model.", ""},                   /* transformers 5 multimodal */
+        {"language_model.model.", "language_model."},    /* earlier multimodal, MLX */
+        {"model.language_model.model.", "model.language_model."},
+    };
+    char name[256];
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
+        L->prefix = prefixes[i][0];
+        L->head_prefix = prefixes[i][1];
+        tensor_name(L, TT_EMBED, -1, ".weight", name, sizeof name);
+        if (tern_snapshot_has(L->snap, name)) return TERN_OK;
+    }
+    L->prefix = "model.";
+    L->head_prefix = "";
+    tensor_name(L, TT_EMBED, -1, ".weight", name, sizeof name);
+    return tern_error(TERN_E_FORMAT, "%s: no embedding tensor '%s' (nor under "
+                      "'model.language_model.' or 'language_model.model.')",
+                      tern_snapshot_dir(L->snap), name);
 }
 
 static void report_unused(struct loader *L)
@@ -360,53 +492,84 @@ static void report_unused(struct loader *L)
     tern_free(names);
 }
 
-enum tern_status tern_weights_load(struct tern_backend *be, struct tern_snapshot *snap,
-                                   const struct tern_json_doc *cfg, const struct tern_arch *arch,
-                                   const struct tern_hparams *hp, bool progress,
-                                   struct tern_weights *w)
+/* The quantization block of config.json, or NULL; MLX affine only. */
+static enum tern_status find_quant(struct loader *L)
 {
-    memset(w, 0, sizeof *w);
-    const char *fuse = getenv("TERN_FUSE");
-    bool fuse_ok = be->device != TERN_DEVICE_CPU && !(fuse && strcmp(fuse, "0") == 0);
-    struct loader L = {be,   snap, cfg, w, NULL, progress, 0, tern_snapshot_n_tensors(snap),
-                       tern_now_ns(), fuse_ok, NULL, NULL};
-    L.quant = json_object_get(cfg->root, "quantization");
-    if (!json_is_object(L.quant)) L.quant = json_object_get(cfg->root, "quantization_config");
-    if (!json_is_object(L.quant)) L.quant = NULL;
-    if (L.quant && json_object_get(L.quant, "quant_method")) {
+    const struct tern_json_doc *cfg = L->cfg;
+    L->quant = json_object_get(cfg->root, "quantization");
+    if (!json_is_object(L->quant)) L->quant = json_object_get(cfg->root, "quantization_config");
+    if (!json_is_object(L->quant)) L->quant = NULL;
+    if (L->quant && json_object_get(L->quant, "quant_method")) {
         /* A Hugging Face quantization_config (GPTQ, AWQ, fp8, ...), not MLX's. */
-        const json_t *m = json_object_get(L.quant, "quant_method");
+        const json_t *m = json_object_get(L->quant, "quant_method");
         return tern_error(TERN_E_UNSUPPORTED,
                           "%s: quantization_config.quant_method \"%s\" is not supported (tern "
                           "reads MLX affine quantization; see `tern quantize`)",
                           cfg->path, json_is_string(m) ? json_string_value(m) : "?");
     }
-    if (L.quant) {
-        const json_t *mode = json_object_get(L.quant, "mode");
+    if (L->quant) {
+        const json_t *mode = json_object_get(L->quant, "mode");
         if (mode && (!json_is_string(mode) || strcmp(json_string_value(mode), "affine")))
             return tern_error(TERN_E_UNSUPPORTED, "%s: quantization.mode must be \"affine\"",
                               cfg->path);
     }
-    enum tern_status st;
-    w->layers = tern_calloc((size_t)hp->num_hidden_layers, sizeof *w->layers);
-    if (!w->layers) return TERN_E_NO_MEMORY;
+    return TERN_OK;
+}
+
+/* The model-level tensors: embeddings, final norm, head, per-layer inputs. */
+static enum tern_status bind_model(struct loader *L)
+{
+    const struct tern_hparams *hp = L->hp;
+    struct tern_weights *w = L->w;
     int64_t V = hp->vocab_size, E = hp->hidden_size;
-    st = bind_linear(&L, "model.embed_tokens", V, E, false, &w->embed_tokens);
-    for (int i = 0; st == TERN_OK && i < hp->num_hidden_layers; i++)
-        st = bind_layer(&L, arch, hp, i, &w->layers[i]);
-    if (st == TERN_OK) st = bind_vec(&L, "model.norm.weight", E, &w->norm);
-    if (st == TERN_OK) {
-        if (hp->tie_word_embeddings && !tern_snapshot_has(snap, "lm_head.weight"))
-            w->lm_head = w->embed_tokens;
-        else
-            st = bind_linear(&L, "lm_head", V, E, false, &w->lm_head);
+    int64_t LP = (int64_t)hp->per_layer_dim * hp->num_hidden_layers;
+    TERN_TRY(bind_kind(L, TT_EMBED, -1, V, E, false, &w->embed_tokens));
+    if (hp->per_layer_dim) {
+        TERN_TRY(bind_kind(L, TT_EMBED_PER_LAYER, -1, V, LP, false, &w->embed_per_layer));
+        TERN_TRY(bind_kind(L, TT_PLI_MODEL_PROJ, -1, LP, E, false, &w->pli_model_proj));
+        TERN_TRY(bind_norm(L, TT_PLI_PROJ_NORM, -1, hp->per_layer_dim, &w->pli_proj_norm));
     }
+    return TERN_OK;
+}
+
+static enum tern_status bind_head(struct loader *L)
+{
+    const struct tern_hparams *hp = L->hp;
+    struct tern_weights *w = L->w;
+    char name[256];
+    TERN_TRY(bind_norm(L, TT_NORM, -1, hp->hidden_size, &w->norm));
+    tensor_name(L, TT_LM_HEAD, -1, ".weight", name, sizeof name);
+    if (hp->tie_word_embeddings && !tern_snapshot_has(L->snap, name)) {
+        w->lm_head = w->embed_tokens;
+        return TERN_OK;
+    }
+    return bind_kind(L, TT_LM_HEAD, -1, hp->vocab_size, hp->hidden_size, false, &w->lm_head);
+}
+
+enum tern_status tern_weights_load(struct tern_model_core *m, struct tern_snapshot *snap,
+                                   const struct tern_json_doc *cfg, bool progress)
+{
+    struct tern_weights *w = &m->w;
+    memset(w, 0, sizeof *w);
+    struct loader L = {
+        .be = m->be, .snap = snap, .cfg = cfg, .fam = m->arch->family, .hp = &m->hp, .w = w,
+        .progress = progress, .n_total = tern_snapshot_n_tensors(snap), .t0 = tern_now_ns(),
+        .fuse_ok = m->be->device != TERN_DEVICE_CPU, .norm_dtype = -1,
+    };
+    TERN_TRY(find_quant(&L));
+    TERN_TRY(find_prefix(&L));
+    w->layers = tern_calloc((size_t)m->hp.num_hidden_layers, sizeof *w->layers);
+    if (!w->layers) return TERN_E_NO_MEMORY;
+    enum tern_status st = bind_model(&L);
+    for (int32_t i = 0; st == TERN_OK && i < m->hp.num_hidden_layers; i++)
+        st = bind_layer(&L, i, &m->plans[i], &w->layers[i]);
+    if (st == TERN_OK) st = bind_head(&L);
     if (st != TERN_OK) {
         if (progress) fputc('\n', stderr);
         return st;
     }
-    w->dtype = w->layers[0].input_layernorm.dtype;
-    if (!w->quant_bits) w->dtype = w->embed_tokens.weight.dtype;
+    w->dtype = w->quant_bits && L.norm_dtype >= 0 ? (enum tern_dtype)L.norm_dtype
+                                                  : w->embed_tokens.weight.dtype;
     report_unused(&L);
     return TERN_OK;
 }

@@ -1,11 +1,18 @@
 /*
- * model.h — architectures as descriptor rows, hyperparameters read from
- * config.json, the bound weights, and the decoder forward over a ragged batch.
+ * model.h — a model as a list of layers, each planned from config.json by
+ * its family; the bound weights; and the decoder forward over a ragged batch.
  *
- * An architecture is a row in arch.c (feature flags over one shared decoder
- * block), not a file of forward code. The model is immutable after load; the
- * mutable state of a forward (scratch activations, KV cache) lives in a
- * `struct tern_fwd` owned by whoever runs it (the engine).
+ * A family (src/model/arch/<family>.c) says three things, in this order: its
+ * hyperparameters (the config.json keys it reads on top of the shared ones),
+ * its tensor names (HF and MLX layouts), and its layer plan (what each layer
+ * computes: the attention's geometry, rope, window and norms, the
+ * feed-forward, the extras). The forward (forward.c, blocks.c) runs any plan
+ * through shared blocks; the fast paths of a backend are chosen by what a
+ * plan needs (tern_model_is_plain), never by a family's name.
+ *
+ * The model is immutable after load; the mutable state of a forward (scratch
+ * activations, KV cache) lives in a `struct tern_fwd` and a
+ * `struct tern_kv_cache` owned by whoever runs it (the engine).
  *
  * Depends on io/, tensor/, backend/ (interface only).
  */
@@ -16,14 +23,14 @@
 #include "io/config.h"
 #include "io/safetensors.h"
 
-/* What distinguishes one llama-like family from another. */
+struct tern_family;
+
+/* One row of the architecture table: a config.json architectures[0] value,
+ * the family that plans it, and the family's variant for it. */
 struct tern_arch {
-    const char *hf_name;    /* config.json architectures[0] */
-    bool qkv_bias_default;  /* q/k/v projections carry a bias (Qwen2) */
-    bool qk_norm;           /* per-head RMSNorm of q and k before RoPE (Qwen3) */
-    bool sliding_window_key; /* honours config.sliding_window (Mistral) */
-    bool use_sliding_flag;  /* sliding window only when config.use_sliding_window (Qwen2) */
-    bool tied_default;      /* tie_word_embeddings when the key is absent */
+    const char *hf_name;
+    const struct tern_family *family;
+    int variant; /* family-defined (e.g. llama.c: which llama-like row) */
 };
 
 /* Looks up a row by HF architecture name; NULL if unknown. */
@@ -31,9 +38,70 @@ const struct tern_arch *tern_arch_find(const char *hf_name);
 /* Comma-separated list of supported names, for error messages. */
 const char *tern_arch_supported(void);
 
-enum tern_rope_kind { TERN_ROPE_DEFAULT, TERN_ROPE_LINEAR, TERN_ROPE_LLAMA3, TERN_ROPE_YARN };
+enum tern_rope_kind {
+    TERN_ROPE_DEFAULT,
+    TERN_ROPE_LINEAR,
+    TERN_ROPE_LLAMA3,
+    TERN_ROPE_YARN,
+    TERN_ROPE_PROPORTIONAL, /* Gemma 4: the first rot/2 pairs rotate, the rest do not */
+};
 
-/* Hyperparameters, named as in HF config.json where one exists. */
+/* One rotary embedding as config.json describes it (rope_scaling or
+ * rope_parameters), before frequencies are computed. */
+struct tern_rope_cfg {
+    enum tern_rope_kind kind;
+    double theta;
+    double partial_rotary_factor;
+    double factor;
+    double low_freq_factor, high_freq_factor; /* llama3 */
+    int32_t original_max_pos;                 /* llama3, yarn */
+    double yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
+    double yarn_attention_factor; /* <= 0: derived */
+    bool yarn_truncate;
+};
+
+#define TERN_MAX_ROPES 4
+#define TERN_MAX_LAYERS 512
+
+enum tern_act { TERN_ACT_SILU, TERN_ACT_GELU_TANH };
+
+/* What one layer computes. The layer runs
+ *
+ *   h = norm(x, attn_norm)
+ *   a = o_proj(attention(q, k, v))          q/k/v from h; per plan: head norms,
+ *                                           rope, window, softcap, shared KV
+ *   a = norm(a, attn_post_norm)             when attn_post_norm
+ *   x = x + a
+ *   h = norm(x, ffn_norm)
+ *   f = down(act(gate h) * (up h))
+ *   f = norm(f, ffn_post_norm)              when ffn_post_norm
+ *   x = x + f
+ *   x = x + per_layer_input block           when per_layer_input (Gemma 4)
+ *   x = x * layer_scalar                    when layer_scalar (Gemma 4)
+ */
+struct tern_layer_plan {
+    /* attention */
+    struct tern_attn_params attn; /* heads, kv heads, head_dim, scale, window, softcap */
+    int32_t rope;                 /* index into tern_hparams.ropes */
+    bool qkv_bias, o_bias;
+    bool qk_norm;      /* per-head RMSNorm of q and k (q_norm, k_norm weights) */
+    bool v_norm;       /* per-head RMSNorm of v, no weight (Gemma 4) */
+    bool k_eq_v;       /* no v_proj: the values are the raw key projection */
+    int32_t kv_source; /* the layer whose K/V this one reads (itself unless shared) */
+    /* norms around the blocks */
+    bool attn_post_norm, ffn_post_norm;
+    /* feed-forward */
+    int64_t intermediate;
+    enum tern_act act;
+    bool mlp_bias;
+    /* extras */
+    bool layer_scalar;
+    bool per_layer_input;
+};
+
+/* Hyperparameters, named as in HF config.json where one exists. The
+ * per-layer values live in the plans; the fields below that a plan can
+ * vary hold the typical layer's value (the first layer's), for reports. */
 struct tern_hparams {
     int32_t num_hidden_layers;
     int32_t hidden_size;
@@ -45,34 +113,25 @@ struct tern_hparams {
     int32_t max_position_embeddings;
     float rms_norm_eps;
     bool tie_word_embeddings;
-    bool attention_bias; /* q/k/v (and o, for Llama's attention_bias) biases */
-    bool o_bias;
-    bool mlp_bias;
-    int32_t sliding_window; /* 0 = off */
-    /* rope */
-    enum tern_rope_kind rope_kind;
-    double rope_theta;
-    double partial_rotary_factor;
-    double rope_factor;
-    double rope_low_freq_factor, rope_high_freq_factor; /* llama3 */
-    int32_t rope_original_max_pos;                      /* llama3, yarn */
-    double yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
-    double yarn_attention_factor; /* <= 0: derived */
-    bool yarn_truncate;
+    float embed_scale;      /* embeddings times this (0: not scaled) */
+    float final_softcap;    /* logits = c * tanh(logits / c) (0: none) */
+    bool norm_plus_one;     /* every RMSNorm weight applies as (1 + w) (Gemma) */
+    int32_t per_layer_dim;  /* Gemma 4 per-layer inputs: width per layer (0: none) */
+    int32_t sliding_window; /* the sliding layers' window in tokens (0: none) */
+    bool has_layer_types;   /* config.json lists layer_types: layer_sliding holds it */
+    uint8_t layer_sliding[TERN_MAX_LAYERS]; /* 1: layer i is a sliding-window layer */
+    int32_t n_ropes;
+    struct tern_rope_cfg ropes[TERN_MAX_ROPES];
     /* token ids from config.json / generation_config.json; -1 when absent */
     int32_t bos_token_id;
     int32_t eos_token_ids[8];
     int32_t n_eos;
 };
 
-/* Reads and checks the hyperparameters; errors name the key. */
-enum tern_status tern_hparams_read(const struct tern_json_doc *cfg, const struct tern_arch *arch,
-                                   struct tern_hparams *hp);
-
-/* Fills inv_freq[rotary_dim / 2] and the attention factor (mscale) for the
- * configured rope variant, exactly as transformers computes them. */
-void tern_rope_inv_freq(const struct tern_hparams *hp, int32_t rotary_dim, float *inv_freq,
-                        float *mscale);
+/* Fills inv_freq[rotary_dim / 2] and the attention factor (mscale) of a
+ * rope, exactly as transformers computes them (float32). */
+void tern_rope_inv_freq(const struct tern_rope_cfg *rc, int32_t head_dim, int32_t rotary_dim,
+                        float *inv_freq, float *mscale);
 
 /* Quantization settings of one linear (MLX affine); bits == 0 for dense. */
 struct tern_quant_cfg {
@@ -80,22 +139,31 @@ struct tern_quant_cfg {
     int32_t group_size;
 };
 
+/* The weights of one layer; a tensor the plan does not use has buf NULL.
+ * hidden = E, q width QD = n_heads * head_dim, kv width KD = n_kv_heads *
+ * head_dim, intermediate F, per-layer input width P (all per layer). */
 struct tern_layer {
-    struct tern_dtensor input_layernorm;          /* [hidden] */
-    struct tern_dtensor post_attention_layernorm; /* [hidden] */
-    struct tern_linear q_proj;                    /* [n_heads * head_dim, hidden] */
-    struct tern_linear k_proj;                    /* [n_kv_heads * head_dim, hidden] */
-    struct tern_linear v_proj;                    /* [n_kv_heads * head_dim, hidden] */
-    struct tern_linear o_proj;                    /* [hidden, n_heads * head_dim] */
-    struct tern_dtensor q_norm, k_norm;           /* [head_dim] (qk_norm only) */
-    struct tern_linear gate_proj;                 /* [intermediate, hidden] */
-    struct tern_linear up_proj;                   /* [intermediate, hidden] */
-    struct tern_linear down_proj;                 /* [hidden, intermediate] */
+    struct tern_dtensor attn_norm;      /* [E] input_layernorm */
+    struct tern_dtensor attn_post_norm; /* [E] */
+    struct tern_dtensor ffn_norm;       /* [E] (llama: post_attention_layernorm) */
+    struct tern_dtensor ffn_post_norm;  /* [E] */
+    struct tern_linear q_proj;          /* [QD, E] */
+    struct tern_linear k_proj;          /* [KD, E] */
+    struct tern_linear v_proj;          /* [KD, E] (k_eq_v: the same as k_proj) */
+    struct tern_linear o_proj;          /* [E, QD] */
+    struct tern_dtensor q_norm, k_norm; /* [head_dim] */
+    struct tern_linear gate_proj;       /* [F, E] */
+    struct tern_linear up_proj;         /* [F, E] */
+    struct tern_linear down_proj;       /* [E, F] */
+    struct tern_dtensor layer_scalar;   /* [1] */
+    struct tern_linear pli_gate;        /* [P, E] per_layer_input_gate */
+    struct tern_linear pli_proj;        /* [E, P] per_layer_projection */
+    struct tern_dtensor pli_post_norm;  /* [E] post_per_layer_input_norm */
     /* Device backends: q|k|v and gate|up in one linear each when their
      * formats agree (load.c); the parts above are then views of its rows.
      * weight.buf == NULL: not fused. */
-    struct tern_linear qkv_proj;     /* [(n_heads + 2 n_kv_heads) * head_dim, hidden] */
-    struct tern_linear gate_up_proj; /* [2 * intermediate, hidden] */
+    struct tern_linear qkv_proj;     /* [QD + 2 KD, E] (k_eq_v: q | k | k) */
+    struct tern_linear gate_up_proj; /* [2 F, E] */
 };
 
 struct tern_weights {
@@ -103,7 +171,11 @@ struct tern_weights {
     struct tern_layer *layers;       /* [num_hidden_layers] */
     struct tern_dtensor norm;        /* [hidden] */
     struct tern_linear lm_head;      /* [vocab, hidden] (== embed_tokens when tied) */
-    struct tern_buf **bufs;          /* every buffer made at load, for freeing */
+    /* Gemma 4 per-layer inputs (per_layer_dim P, L layers) */
+    struct tern_linear embed_per_layer;    /* [vocab, L P] embed_tokens_per_layer */
+    struct tern_linear pli_model_proj;     /* [L P, hidden] per_layer_model_projection */
+    struct tern_dtensor pli_proj_norm;     /* [P] per_layer_projection_norm */
+    struct tern_buf **bufs;                /* every buffer made at load, for freeing */
     size_t n_bufs, cap_bufs;
     int64_t n_params;
     int64_t n_bytes;
@@ -112,32 +184,39 @@ struct tern_weights {
     int32_t n_unused;
 };
 
-/* Binds and validates every tensor the architecture needs (presence, dtype,
- * shape against the config) and makes backend buffers for them. Reports
- * unused tensors at info level and counts them. */
-enum tern_status tern_weights_load(struct tern_backend *be, struct tern_snapshot *snap,
-                                   const struct tern_json_doc *cfg, const struct tern_arch *arch,
-                                   const struct tern_hparams *hp, bool progress,
-                                   struct tern_weights *w);
-void tern_weights_free(struct tern_backend *be, struct tern_weights *w);
-
 /* The whole model as the library holds it. */
 struct tern_model_core {
     const struct tern_arch *arch;
     struct tern_hparams hp;
-    struct tern_backend *be; /* owned */
+    void *family_hp;               /* the family's own hyperparameters (arch.h), owned */
+    struct tern_layer_plan *plans; /* [num_hidden_layers] */
+    struct tern_backend *be;       /* owned */
     struct tern_weights w;
-    struct tern_rope rope; /* inv_freq buffer owned here */
-    struct tern_attn_params attn;
+    struct tern_rope ropes[TERN_MAX_ROPES]; /* inv_freq buffers owned here */
     /* The backend's one-op decode step for a single sequence (step_prepare),
      * or NULL: the forward then runs op by op. */
     struct tern_step_plan *step;
 };
 
+/* Reads config.json, plans the layers, binds and checks every weight (an
+ * unknown architecture, a missing or inconsistent key, a tensor of the
+ * wrong shape or dtype: an error naming it), uploads the weights. */
 enum tern_status tern_model_core_load(struct tern_snapshot *snap, const struct tern_json_doc *cfg,
                                       const struct tern_backend_params *bp, bool progress,
                                       struct tern_model_core *m);
 void tern_model_core_free(struct tern_model_core *m);
+
+/* True when every layer is the plain llama block (pre-norm attention and
+ * SwiGLU MLP, one geometry, no post norms, softcaps, scalars, window or
+ * shared KV, no embedding scale): the shape the backends' whole-step
+ * kernels take. */
+bool tern_model_is_plain(const struct tern_model_core *m);
+
+/* Binds and validates every tensor the plans need (presence, dtype, shape
+ * against the config) and makes backend buffers for them (load.c). */
+enum tern_status tern_weights_load(struct tern_model_core *m, struct tern_snapshot *snap,
+                                   const struct tern_json_doc *cfg, bool progress);
+void tern_weights_free(struct tern_backend *be, struct tern_weights *w);
 
 /* One captured decode forward (see tern_model_forward_graph). */
 struct tern_fwd_graph {
@@ -148,16 +227,19 @@ struct tern_fwd_graph {
 #define TERN_FWD_MAX_GRAPHS 64
 
 /* Scratch for forwards of up to max_tokens tokens from up to max_seqs
- * sequences, and up to max_logits logits rows. Allocated once. */
+ * sequences, and up to max_logits logits rows. Allocated once, each buffer
+ * as wide as the widest layer needs. */
 struct tern_fwd {
     int32_t max_tokens, max_seqs, max_blocks_per_seq, max_logits;
     struct tern_dtensor residual; /* [max_tokens, hidden] F32 */
     struct tern_dtensor h;        /* [max_tokens, hidden] normed input of a block */
-    struct tern_dtensor qkv;      /* [max_tokens, (n_heads + 2 n_kv) * head_dim] */
-    struct tern_dtensor attn;     /* [max_tokens, n_heads * head_dim] */
+    struct tern_dtensor qkv;      /* [max_tokens, max (QD + 2 KD)] */
+    struct tern_dtensor attn;     /* [max_tokens, max QD] */
     struct tern_dtensor proj;     /* [max_tokens, hidden] o_proj / down_proj output */
-    struct tern_dtensor gate_up;  /* [max_tokens, 2 * intermediate] */
-    struct tern_dtensor act;      /* [max_tokens, intermediate] */
+    struct tern_dtensor gate_up;  /* [max_tokens, 2 max F] */
+    struct tern_dtensor act;      /* [max_tokens, max F] */
+    struct tern_dtensor pli;      /* [max_tokens, L P] Gemma 4 per-layer inputs (or empty) */
+    struct tern_dtensor pli_tmp;  /* [max_tokens, L P] */
     struct tern_dtensor hl;       /* [max_logits, hidden] rows whose logits are wanted */
     struct tern_dtensor logits;   /* [max_logits, vocab] F32 */
     struct tern_dtensor ids_out;  /* [max_logits] I32 (argmax) */
@@ -184,11 +266,13 @@ enum tern_status tern_fwd_init(struct tern_model_core *m, int32_t max_tokens, in
                                struct tern_fwd *f);
 void tern_fwd_deinit(struct tern_model_core *m, struct tern_fwd *f);
 
-/* The KV cache of a model: one K and one V tensor per layer over a pool of
- * n_blocks blocks of block_size tokens. */
+/* The KV cache of a model: a K and a V tensor per layer that owns its K/V
+ * (a layer that shares reads its source's), over a pool of n_blocks blocks
+ * of block_size tokens; each layer's tensors have its own kv heads and
+ * head_dim. */
 struct tern_kv_cache {
     int32_t n_blocks, block_size;
-    struct tern_kv_layer *layers; /* [num_hidden_layers] */
+    struct tern_kv_layer *layers; /* [num_hidden_layers]; shared layers: zeroed */
 };
 
 /* Bytes one block takes over all layers (K and V). */
@@ -231,5 +315,10 @@ enum tern_status tern_model_forward_graph(struct tern_model_core *m, struct tern
 /* Rounds a decode batch's longest sequence up to its bucket (a power of two,
  * at least 256, at most `cap`): decode launches are sized from the bucket. */
 int32_t tern_fwd_seq_bucket(int32_t max_seq_len, int32_t cap);
+
+/* The layers and the logits over the batch already in f->batch (blocks.c):
+ * only backend ops, so that it can be captured. */
+enum tern_status tern_model_compute(struct tern_model_core *m, struct tern_fwd *f,
+                                    struct tern_kv_cache *kv, int64_t T, int32_t n_logits);
 
 #endif /* TERN_MODEL_H */

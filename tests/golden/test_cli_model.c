@@ -120,9 +120,16 @@ static void test_bad_inputs(void **state)
                "count=8 conv=notrunc 2>/dev/null",
                "model.safetensors");
     expect_bad("rm model.safetensors", "safetensors");
-    /* one layer more than the file holds: a missing tensor is named */
+    /* more layers than layer_types lists: the key is named */
     expect_bad("sed -i 's/\"num_hidden_layers\": \\([0-9]*\\)/\"num_hidden_layers\": 9/' config.json",
-               "model.layers.");
+               "key 'layer_types' has 3 entries, num_hidden_layers is 9");
+    /* more layers than the file holds: a missing tensor is named */
+    expect_bad("sed -i 's/\"num_hidden_layers\": \\([0-9]*\\)/\"num_hidden_layers\": 9/; "
+               "/\"layer_types\"/,/]/d' config.json",
+               "model.layers.3.");
+    /* a layer type tern does not know */
+    expect_bad("sed -i '0,/\"full_attention\"/s//\"linear_attention\"/' config.json",
+               "layer_types[0] is 'linear_attention'");
     /* a shape the file does not hold */
     expect_bad("sed -i 's/\"intermediate_size\": [0-9]*/\"intermediate_size\": 8/' config.json",
                "gate_proj.weight' has shape [192, 64], config expects [8, 64]");

@@ -127,6 +127,9 @@ static const struct tern_backend_ops cpu_ops = {
     .qk_rope_store = tern_cpu_qk_rope_store,
     .silu_mul = tern_cpu_silu_mul,
     .matmul_glu = tern_cpu_matmul_glu,
+    .act_mul = tern_cpu_act_mul,
+    .scale = tern_cpu_scale,
+    .softcap = tern_cpu_softcap,
     .add = tern_cpu_add,
     .argmax = tern_cpu_argmax,
 };

@@ -37,6 +37,12 @@ enum tern_status tern_cpu_silu_mul(struct tern_backend *be, const struct tern_dt
                                    struct tern_dtensor *out);
 enum tern_status tern_cpu_add(struct tern_backend *be, const struct tern_dtensor *a,
                               const struct tern_dtensor *b, struct tern_dtensor *out);
+enum tern_status tern_cpu_act_mul(struct tern_backend *be, const struct tern_dtensor *x,
+                                  int64_t x_col, const struct tern_dtensor *y, int64_t y_col,
+                                  enum tern_glu_act act, struct tern_dtensor *out);
+enum tern_status tern_cpu_scale(struct tern_backend *be, const struct tern_dtensor *x, float c,
+                                const struct tern_dtensor *s, struct tern_dtensor *out);
+enum tern_status tern_cpu_softcap(struct tern_backend *be, struct tern_dtensor *x, float cap);
 enum tern_status tern_cpu_argmax(struct tern_backend *be, const struct tern_dtensor *logits,
                                  struct tern_dtensor *out);
 /* cpu_fused.c: the fused ops as the sequence of the ops above. */

@@ -111,12 +111,19 @@ static void rmsnorm_row(const float *x, const float *w, float eps, int64_t n, fl
     for (int j = 0; i + j < n; j++) acc[j] += x[i + j] * x[i + j];
     float ms = reduce_lanes(acc) / (float)n;
     float r = 1.0f / sqrtf(ms + eps);
+    if (!w) {
+        for (i = 0; i < n; i++) out[i] = x[i] * r;
+        return;
+    }
     for (i = 0; i < n; i++) out[i] = w[i] * (x[i] * r);
 }
 
-/* Norm weights are tiny: convert to f32 on the stack-free path. */
+/* Norm weights are tiny: convert to f32 on the stack-free path (NULL: a
+ * norm without weight). */
 static enum tern_status norm_weight(const struct tern_dtensor *w, int64_t dim, float **out)
 {
+    *out = NULL;
+    if (!w) return TERN_OK;
     if (tern_dtensor_numel(w) != (size_t)dim)
         return tern_error(TERN_E_INVALID_ARG, "rmsnorm weight has %zu elements, dim is %lld",
                           tern_dtensor_numel(w), (long long)dim);
@@ -132,7 +139,7 @@ static enum tern_status norm_weight(const struct tern_dtensor *w, int64_t dim, f
 
 static void norm_weight_done(const struct tern_dtensor *w, float *wf)
 {
-    if (w->dtype != TERN_DTYPE_F32) tern_free(wf);
+    if (w && w->dtype != TERN_DTYPE_F32) tern_free(wf);
 }
 
 enum tern_status tern_cpu_rmsnorm(struct tern_backend *be, const struct tern_dtensor *x,
@@ -391,6 +398,64 @@ enum tern_status tern_cpu_silu_mul(struct tern_backend *be, const struct tern_dt
             float a = g[t * 2 * ff + i], u = g[t * 2 * ff + ff + i];
             o[t * ff + i] = a / (1.0f + expf(-a)) * u;
         }
+    return TERN_OK;
+}
+
+static float act_f(enum tern_glu_act act, float a)
+{
+    if (act == TERN_GLU_SILU) return a / (1.0f + expf(-a));
+    /* transformers' gelu_pytorch_tanh, in float32 */
+    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+    return 0.5f * a * (1.0f + tanhf(k * (a + 0.044715f * a * a * a)));
+}
+
+enum tern_status tern_cpu_act_mul(struct tern_backend *be, const struct tern_dtensor *x,
+                                  int64_t x_col, const struct tern_dtensor *y, int64_t y_col,
+                                  enum tern_glu_act act, struct tern_dtensor *out)
+{
+    TERN_TRY(check_f32(x, "act_mul", "x"));
+    TERN_TRY(check_f32(y, "act_mul", "y"));
+    TERN_TRY(check_f32(out, "act_mul", "out"));
+    int64_t n = last_dim(out), T = out->shape[0], xw = last_dim(x), yw = last_dim(y);
+    if (x->shape[0] < T || y->shape[0] < T || x_col < 0 || y_col < 0 || x_col + n > xw ||
+        y_col + n > yw)
+        return tern_error(TERN_E_INVALID_ARG, "act_mul: column windows past the operands");
+    const float *xp = tern_cpu_ptr(x), *yp = tern_cpu_ptr(y);
+    float *o = tern_cpu_ptr(out);
+#pragma omp parallel for num_threads(be->n_threads) if (T > 4)
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < n; i++)
+            o[t * n + i] = act_f(act, xp[t * xw + x_col + i]) * yp[t * yw + y_col + i];
+    return TERN_OK;
+}
+
+enum tern_status tern_cpu_scale(struct tern_backend *be, const struct tern_dtensor *x, float c,
+                                const struct tern_dtensor *s, struct tern_dtensor *out)
+{
+    TERN_TRY(check_f32(x, "scale", "x"));
+    TERN_TRY(check_f32(out, "scale", "out"));
+    size_t n = tern_dtensor_numel(x);
+    if (tern_dtensor_numel(out) != n)
+        return tern_error(TERN_E_INVALID_ARG, "scale: out has %zu elements, x %zu",
+                          tern_dtensor_numel(out), n);
+    float k = c;
+    if (s) {
+        float sv;
+        load_row(s, 0, 1, &sv);
+        k = c == 1.0f ? sv : c * sv;
+    }
+    const float *xp = tern_cpu_ptr(x);
+    float *o = tern_cpu_ptr(out);
+    for (size_t i = 0; i < n; i++) o[i] = xp[i] * k;
+    return TERN_OK;
+}
+
+enum tern_status tern_cpu_softcap(struct tern_backend *be, struct tern_dtensor *x, float cap)
+{
+    TERN_TRY(check_f32(x, "softcap", "x"));
+    size_t n = tern_dtensor_numel(x);
+    float *xp = tern_cpu_ptr(x);
+    for (size_t i = 0; i < n; i++) xp[i] = tanhf(xp[i] / cap) * cap;
     return TERN_OK;
 }
 

@@ -1,0 +1,102 @@
+/*
+ * arch.h — what a model family provides, and the config.json readers the
+ * families share.
+ *
+ * A family lives in src/model/arch/<family>.c with three parts, always in
+ * this order:
+ *
+ *   1. hyperparameters  read_hparams: the shared config.json keys
+ *                       (tern_hparams_read_common) and the family's own, with
+ *                       errors that name the key;
+ *   2. tensor names     names: each canonical tensor's name under the text
+ *                       model's prefix ("layers.%d.self_attn.q_proj"; linears
+ *                       without ".weight"); the loader finds the prefix
+ *                       ("model.", "model.language_model.",
+ *                       "language_model.model.") and MLX's quantized
+ *                       ".scales" / ".biases" beside each linear;
+ *   3. layer plan       plan_layer: what layer i computes
+ *                       (struct tern_layer_plan).
+ *
+ * The blocks a plan is run with (attention, MLP, norms, rope kinds) are
+ * shared: model/blocks.c. Depends on model.h.
+ */
+#ifndef TERN_MODEL_ARCH_H
+#define TERN_MODEL_ARCH_H
+
+#include "model/model.h"
+
+/* Canonical tensors. Model-level ones first, then per-layer ones (names
+ * with "%d" for the layer index). */
+enum tern_tensor_kind {
+    TT_EMBED,           /* linear [vocab, hidden] */
+    TT_NORM,            /* [hidden] the final norm */
+    TT_LM_HEAD,         /* linear [vocab, hidden]; name relative to the wrapper, not the model */
+    TT_EMBED_PER_LAYER, /* linear [vocab, L P] */
+    TT_PLI_MODEL_PROJ,  /* linear [L P, hidden] */
+    TT_PLI_PROJ_NORM,   /* [P] */
+    TT_ATTN_NORM,
+    TT_ATTN_POST_NORM,
+    TT_FFN_NORM,
+    TT_FFN_POST_NORM,
+    TT_Q,
+    TT_K,
+    TT_V,
+    TT_O,
+    TT_Q_NORM,
+    TT_K_NORM,
+    TT_GATE,
+    TT_UP,
+    TT_DOWN,
+    TT_LAYER_SCALAR,
+    TT_PLI_GATE,
+    TT_PLI_PROJ,
+    TT_PLI_POST_NORM,
+    TT_N
+};
+
+struct tern_family {
+    const char *name;     /* for messages: "llama", "gemma", "gemma4" */
+    size_t hparams_bytes; /* size of the family's own hyperparameter struct (fh) */
+    /* 1. config.json into hp (the shared keys through
+     * tern_hparams_read_common, with the family's defaults) and the
+     * family's own struct fh (zeroed, hparams_bytes). */
+    enum tern_status (*read_hparams)(const struct tern_json_doc *cfg, int variant,
+                                     struct tern_hparams *hp, void *fh);
+    /* 2. Tensor names (NULL: the family has no such tensor). */
+    const char *names[TT_N];
+    /* 3. Layer i's plan, from the hyperparameters alone. */
+    void (*plan_layer)(const struct tern_hparams *hp, const void *fh, int variant, int32_t layer,
+                       struct tern_layer_plan *p);
+};
+
+extern const struct tern_family tern_family_llama;
+extern const struct tern_family tern_family_gemma;
+extern const struct tern_family tern_family_gemma4;
+
+/* The keys every family shares: num_hidden_layers, hidden_size,
+ * intermediate_size, num_attention_heads, num_key_value_heads, head_dim,
+ * vocab_size, max_position_embeddings, rms_norm_eps (default eps_def),
+ * tie_word_embeddings (default tied_def), the main rope as ropes[0],
+ * layer_types (has_layer_types, layer_sliding: "sliding_attention" or
+ * "full_attention", anything else an error naming the entry) and bos/eos
+ * ids. */
+enum tern_status tern_hparams_read_common(const struct tern_json_doc *cfg, bool tied_def,
+                                          double eps_def, struct tern_hparams *hp);
+
+/* Reads a rope from config.json: rope_scaling (transformers 4) or
+ * rope_parameters (5); `section` non-NULL reads rope_parameters[section]
+ * (transformers 5 keeps one per layer type there: "full_attention",
+ * "sliding_attention"); theta_key names the top-level theta key for that
+ * rope ("rope_theta", "rope_local_base_freq"), theta_def its default. */
+enum tern_status tern_rope_cfg_read(const struct tern_json_doc *cfg, const char *section,
+                                    const char *theta_key, double theta_def,
+                                    struct tern_rope_cfg *rc);
+
+
+/* A plan's attention defaults from the common hyperparameters: heads, kv
+ * heads, head_dim, scale 1/sqrt(head_dim), rope 0, no window, the layer's own
+ * K/V, SwiGLU of intermediate_size. */
+void tern_layer_plan_default(const struct tern_hparams *hp, int32_t layer,
+                             struct tern_layer_plan *p);
+
+#endif /* TERN_MODEL_ARCH_H */
