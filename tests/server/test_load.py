@@ -1,8 +1,9 @@
-"""test_load.py — 256 concurrent streaming clients on loopback for two bounded
-rounds, with random disconnects and a mix of lengths. Every completed request
-must get a well-formed SSE stream; nothing may hang; /health stays 200; the
-server's RSS (from /proc) must not grow from round one to round two; at the
-end every KV block is free and nothing is in flight.
+"""test_load.py — 256 concurrent streaming clients on loopback, each on its own
+kept-alive connection, for two bounded rounds, with random disconnects and a
+mix of lengths. Every completed request must get a well-formed SSE stream;
+nothing may hang; /health stays 200; the server's RSS (from /proc) must not
+grow from round one to round two; at the end every KV block is free and
+nothing is in flight.
 """
 import json
 import os
@@ -11,6 +12,7 @@ import threading
 import time
 
 import requests
+import urllib3
 
 from conftest import Server
 
@@ -26,21 +28,30 @@ def rss_kb(pid):
     return 0
 
 
+def keepalive_pool():
+    """One client's connection pool: a single kept-alive connection, no retries."""
+    return urllib3.PoolManager(num_pools=1, maxsize=1, retries=False,
+                               timeout=urllib3.Timeout(connect=60, read=60))
+
+
 def client_loop(url, stop_at, rng, stats, lock):
-    sess = requests.Session()
+    pool = keepalive_pool()
     while time.time() < stop_at:
         body = {"messages": [{"role": "user", "content": "w " * rng.randint(1, 60)}],
                 "max_tokens": rng.randint(1, 48), "stream": True, "ignore_eos": rng.random() < 0.5,
                 "stream_options": {"include_usage": True}}
         drop_after = rng.randint(1, 6) if rng.random() < 0.2 else None
         try:
-            r = sess.post(url + "/v1/chat/completions", json=body, stream=True, timeout=60)
-            if r.status_code != 200:
+            r = pool.request("POST", url + "/v1/chat/completions", json=body, preload_content=False)
+            if r.status != 200:
                 with lock:
-                    stats["bad_status"].append(r.status_code)
+                    stats["bad_status"].append(r.status)
+                r.drain_conn()
+                r.release_conn()
                 continue
-            n, done, finish = 0, False, None
-            for line in r.iter_lines(decode_unicode=True):
+            n, done, dropped, finish = 0, False, False, None
+            for raw in r:
+                line = raw.decode("utf-8").rstrip("\r\n")
                 if not line or line.startswith(":"):
                     continue
                 assert line.startswith("data: "), line
@@ -53,8 +64,12 @@ def client_loop(url, stop_at, rng, stats, lock):
                     finish = c["finish_reason"] or finish
                 if drop_after and n >= drop_after:
                     r.close()
-                    sess = requests.Session()
+                    pool = keepalive_pool()
+                    dropped = True
                     break
+            if not dropped:
+                r.drain_conn()
+                r.release_conn()
             with lock:
                 if done:
                     stats["completed"] += 1
@@ -64,10 +79,10 @@ def client_loop(url, stop_at, rng, stats, lock):
                     stats["dropped"] += 1
                 else:
                     stats["malformed"] += 1
-        except requests.RequestException as e:
+        except urllib3.exceptions.HTTPError as e:
             with lock:
                 stats["errors"].append(repr(e))
-            sess = requests.Session()
+            pool = keepalive_pool()
 
 
 def run_round(s, seed):

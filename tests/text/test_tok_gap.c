@@ -1,10 +1,10 @@
 /*
  * test_tok_gap.c — a vocab with a gap in its ids (id 2 names no token) whose
- * post-processor still emits the gap as its special token, as a fuzzed
- * tokenizer.json did (fuzz_tokenizer, 2026-11-30): tokenize with specials
- * returns it, tern_detokenize and the streaming detokenizer decode it to
- * nothing (as the tokenizers library does) instead of failing, and ids past
- * the vocab stay an error naming the id.
+ * post-processor still emits the gap as its special token (a tokenizer.json
+ * fuzz_tokenizer produced): tokenize with specials returns it,
+ * tern_detokenize and the streaming detokenizer decode it to nothing (as the
+ * tokenizers library does) instead of failing, and ids past the vocab stay
+ * an error naming the id.
  */
 #include "testutil.h"
 
