@@ -16,7 +16,8 @@
  *
  * usage: bench_batched --model DIR [--device cpu|cuda] [--prompt-len 128]
  *        [--gen 128] [--n 1,8,32,64,128] [--deterministic]
- * Built by scripts/gpu-prebuild.sh; run by scripts/gpu.sh.
+ * Built with the library (CMake target bench_batched); carried to the GPU by
+ * scripts/gpu.sh.
  */
 #include "tern.h"
 

@@ -1,120 +1,153 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine (device tool) with the binaries carried in
-# .gpu-carry/ (built here by scripts/gpu-prebuild.sh; the GPU machine has no
-# jansson/pcre2/utf8proc/cmocka): the CUDA op tests, the CUDA golden test
-# (every fixture model through the public API), the kernel bench (floors:
-# device copy bandwidth and bf16 GEMM rate), then a random-weight
-# Llama-3.1-8B-shaped model from tools/make_model.py (deleted afterwards)
-# through `tern bench --device cuda`: load time, 2048-token prefill, TTFT at
-# 512 tokens, batch-1 decode; then bench_batched (N concurrent requests,
-# default and deterministic mode, and without graph replay for a checksum
-# comparison). Logs go to $OUT; a short table prints last.
-# MEMCHECK=1 adds compute-sanitizer memcheck over the op tests.
+# gpu.sh SUITE — the one entry for work on a GPU machine.
+#
+# Here (a machine with nvcc, no GPU needed):
+#   scripts/gpu.sh carry     builds the CUDA preset for sm_90a (build/gpu) and packs
+#                            every CUDA test, `tern` and bench_batched, the shared
+#                            libraries they need beyond CUDA and glibc, and the
+#                            Llama-3 tokenizer into .gpu-carry/bins.tar.xz (git-ignored)
+# There (the GPU machine has no jansson / pcre2 / cmocka, hence the carry), as
+#   run(command="scripts/gpu.sh all", carry=[".gpu-carry"]):
+#   scripts/gpu.sh test      every carried CUDA test (MEMCHECK=1: test_ops_cuda under
+#                            compute-sanitizer memcheck too, RACECHECK=1 racecheck)
+#   scripts/gpu.sh bench     floors (device copy rate, bf16 GEMM rate, by torch), then
+#                            per model of GPU_MODELS (tools/make_model.py presets, each
+#                            "preset:fmt[,fmt]", fmt bf16 or q4; default
+#                            "llama-3.1-8b:bf16,q4"): batch-1 decode (prompt 512 + 64
+#                            and 16 + 128), prefill 2048, and GPU_CONC streams (default
+#                            64) of 128 + 128; a table against the floors prints last
+#   scripts/gpu.sh profile   the 4-bit 8B's decode step stamped (TERN_CUDA_STEP_STAMPS,
+#                            summarised by scripts/step-stamps.py)
+#   scripts/gpu.sh all       test, then bench
+# Logs and JSON go to $OUT (the device tool brings back what is there).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/gpu-out}
-MODEL=${MODEL_DIR:-/tmp/tern-llama-3.1-8b}
-mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
-C=.gpu-carry
-# The carried libraries only for the carried binaries (python/torch keep the system's).
-cr() { LD_LIBRARY_PATH=$PWD/$C:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} "$@"; }
-echo "== carried binaries of commit $(cat $C/commit 2>/dev/null)"
+SUITE=${1:-all}
+CARRY=.gpu-carry
+C=${C:-/tmp/tern-carry}
+OUT=${OUT:-/tmp/tern-gpu-out}
 
-echo "== op tests"
-cr timeout 240 $C/test_ops_cuda >"$OUT/test_ops_cuda.log" 2>&1
-ops_rc=$?
-grep -E "PASSED|FAILED|SKIPPED" "$OUT/test_ops_cuda.log" | head -20
-if [ "${MEMCHECK:-0}" = 1 ]; then
-  cr timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 $C/test_ops_cuda \
-    >"$OUT/memcheck.log" 2>&1
-  echo "memcheck rc=$?"; grep -E "ERROR SUMMARY" "$OUT/memcheck.log"
-fi
+carry() {
+  local B=build/gpu
+  export PATH=$PATH:/usr/local/cuda/bin
+  cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DTERN_CUDA=ON -DTERN_WERROR=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null || return 1
+  cmake --build $B -j"$(nproc)" || return 1
+  local bins
+  bins=$(find $B/tests -type f -perm -u+x -name 'test_*' | grep -E 'cuda|golden_quant')
+  bins="$bins $B/tern $(find $B -type f -perm -u+x -name bench_batched | head -1)"
+  rm -rf $CARRY && mkdir -p $CARRY/stage/tok-llama3_1
+  cp $bins $CARRY/stage/ && strip $CARRY/stage/* 2>/dev/null
+  ldd $bins | awk '/=> \// {print $3}' | sort -u |
+    grep -vE '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so|cuda|libcublas' |
+    while read -r lib; do cp -L "$lib" $CARRY/stage/; done
+  for f in tokenizer.json tokenizer_config.json; do
+    xz -dc tests/fixtures/data/tokenizers/llama3_1/$f.xz >$CARRY/stage/tok-llama3_1/$f
+  done
+  git rev-parse --short HEAD >$CARRY/stage/commit
+  # one solid stream: the binaries share most of their bytes (static CUDA runtime, libtern)
+  tar -C $CARRY/stage -cf - . | xz -T1 --lzma2=preset=6,dict=192MiB >$CARRY/bins.tar.xz
+  rm -rf $CARRY/stage
+  du -sh $CARRY
+}
 
-echo "== golden test on CUDA"
-TERN_TEST_FIXTURES=$PWD/tests/fixtures cr timeout 240 $C/test_golden_cuda 2>&1 | tee "$OUT/golden_cuda.log"
-golden_rc=${PIPESTATUS[0]}
+unpack() {
+  mkdir -p "$C" "$OUT"
+  python3 -c "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" \
+    $CARRY/bins.tar.xz "$C" || { echo "gpu.sh: no carry (run scripts/gpu.sh carry here first)"; exit 1; }
+  echo "== binaries of commit $(cat $C/commit); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+}
+# the carried libraries first on the library path, for the carried binaries only
+cr() { LD_LIBRARY_PATH=$C:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} "$@"; }
 
-echo "== graph replay test on CUDA"
-TERN_TEST_FIXTURES=$PWD/tests/fixtures cr timeout 240 $C/test_graph_cuda 2>&1 | tee "$OUT/graph_cuda.log"
-graph_rc=${PIPESTATUS[0]}
+tests() {
+  export TERN_TEST_FIXTURES=$PWD/tests/fixtures
+  local t rc fails=0
+  for f in "$C"/test_*; do
+    t=$(basename "$f")
+    cr env TERN_QUANT_DEVICE=cuda timeout 300 "$f" >"$OUT/$t.log" 2>&1
+    rc=$?
+    [ $rc = 0 ] || fails=$((fails + 1))
+    printf '%-28s rc=%d  %s\n' "$t" $rc "$(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUT/$t.log" | tr '\n' ' ')"
+  done
+  for tool in memcheck racecheck; do
+    local var=${tool^^}
+    [ "${!var:-0}" = 1 ] || continue
+    cr timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$C"/test_ops_cuda \
+      >"$OUT/$tool.log" 2>&1
+    echo "$tool test_ops_cuda rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log")"
+  done
+  echo "== CUDA tests: $fails failed"
+}
 
-echo "== kernel bench"
-kbench_rc=skipped
-if [ "${SKIP_KBENCH:-0}" != 1 ]; then cr timeout 200 $C/bench_cuda >"$OUT/bench.log" 2>&1; kbench_rc=$?; fi
-sed -n '/==== summary ====/,$p' "$OUT/bench.log"
-
-echo "== make_model llama-3.1-8b"
-t0=$(date +%s)
-python3 tools/make_model.py --preset llama-3.1-8b --out "$MODEL" --tokenizer-dir $C/tok-llama3_1 \
-  2>&1 | tail -3
-echo "make_model took $(( $(date +%s) - t0 )) s"
-echo "== tern bench"
-cr timeout 200 $C/tern bench --model "$MODEL" --device cuda --prompt-len 2048 --gen 128 --reps 3 \
-  --json >"$OUT/bench_2048.json" 2>"$OUT/bench_2048.err"
-b1_rc=$?
-cr timeout 120 $C/tern bench --model "$MODEL" --device cuda --prompt-len 512 --gen 32 --reps 5 \
-  --json >"$OUT/bench_512.json" 2>"$OUT/bench_512.err"
-b2_rc=$?
-tail -n 3 "$OUT/bench_2048.err" "$OUT/bench_512.err"
-cat "$OUT/bench_2048.json" "$OUT/bench_512.json"
-echo "== batched decode (prompt 128, 128 new tokens, greedy): default, deterministic, no graphs"
-LEVELS=${BATCH_LEVELS:-1,8,32,64,128}
-cr timeout 240 $C/bench_batched --model "$MODEL" --device cuda --n "$LEVELS" \
-  >"$OUT/batched.jsonl" 2>"$OUT/batched.err"
-bb_rc=$?
-cr timeout 240 $C/bench_batched --model "$MODEL" --device cuda --n "$LEVELS" --deterministic \
-  >"$OUT/batched_det.jsonl" 2>"$OUT/batched_det.err"
-bd_rc=$?
-# Deterministic mode is reproducible across processes (no timed algorithm
-# choice), so its checksums must match with graph replay off.
-TERN_CUDA_GRAPHS=0 cr timeout 120 $C/bench_batched --model "$MODEL" --device cuda --n 1,64 --deterministic \
-  >"$OUT/batched_nograph.jsonl" 2>"$OUT/batched_nograph.err"
-bn_rc=$?
-tail -n 3 "$OUT/batched.err" "$OUT/batched_det.err" "$OUT/batched_nograph.err"
-cat "$OUT/batched.jsonl" "$OUT/batched_det.jsonl" "$OUT/batched_nograph.jsonl"
-rm -rf "$MODEL"
-
-echo "== table"
-python3 - "$OUT" <<'PY'
-import json, re, sys
-out = sys.argv[1]
-def js(name):
-    try: return json.load(open(f"{out}/{name}"))
-    except Exception: return {}
-kb = open(f"{out}/bench.log").read() if __import__("os").path.exists(f"{out}/bench.log") else ""
-kb = kb or "d2d copy 4273 GB/s GEMM 8192^3  701.6 TFLOP/s (run 1 floors)"
-m = re.search(r"d2d copy.*?([\d.]+) GB/s", kb); copy = float(m.group(1)) if m else 0
-m = re.search(r"GEMM 8192\^3\s+([\d.]+) TFLOP/s", kb); gemm = float(m.group(1)) if m else 0
-a, b = js("bench_2048.json"), js("bench_512.json")
-wb = a.get("weight_bytes") or b.get("weight_bytes") or 0
-# FLOPs of a 2048-token prefill: 2 * params per token + causal attention (4 * L * T^2/2 * H*hd)
-n_par = a.get("n_params", 0)
-flops = 2 * n_par * 2048 + 4 * 32 * (2048 * 2048 / 2) * 4096
-dec_floor = copy * 1e9 / wb if wb else 0
-pre_floor = gemm * 1e12 / (flops / 2048) if flops else 0
-rows = [
-  ("copy bandwidth (GB/s)", copy, ""), ("bf16 GEMM (TFLOP/s)", gemm, ""),
-  ("load (s)", a.get("load_s", 0), ""),
-  ("decode b=1 (tok/s)", a.get("decode_tok_s", 0), f"floor {dec_floor:.0f}, {100*a.get('decode_tok_s',0)/dec_floor:.0f}%" if dec_floor else ""),
-  ("prefill 2048 (tok/s)", a.get("prefill_tok_s", 0), f"floor {pre_floor:.0f}, {100*a.get('prefill_tok_s',0)/pre_floor:.0f}%" if pre_floor else ""),
-  ("TTFT 2048 (ms)", a.get("ttft_ms", 0), ""),
-  ("TTFT 512 (ms)", b.get("ttft_ms", 0), ""),
-  ("decode after 512 (tok/s)", b.get("decode_tok_s", 0), ""),
-]
-print(f"{'metric':28s} {'value':>10s}  note")
-for k, v, n in rows: print(f"{k:28s} {v:10.2f}  {n}")
-def jl(name):
-    try: return [json.loads(l) for l in open(f"{out}/{name}") if l.strip()]
-    except Exception: return []
-d, dt, ng = jl("batched.jsonl"), jl("batched_det.jsonl"), {r["n"]: r for r in jl("batched_nograph.jsonl")}
-dd = {r["n"]: r for r in dt}
-print(f"{'N':>4s} {'decode tok/s':>13s} {'e2e tok/s':>10s} {'det decode':>11s} {'det/def':>8s}  det checksum == det without graphs")
-for r in d:
-    o = dd.get(r["n"], {})
-    g = ng.get(r["n"])
-    ratio = o.get("decode_tok_s", 0) / r["decode_tok_s"] if r["decode_tok_s"] else 0
-    same = "" if g is None else ("yes" if g["checksum"] == o.get("checksum") else "NO")
-    print(f"{r['n']:4d} {r['decode_tok_s']:13.1f} {r['e2e_tok_s']:10.1f} {o.get('decode_tok_s', 0):11.1f} {ratio:8.2f}  {same}")
+floors() {
+  python3 - >"$OUT/floors.json" <<'PY'
+import json, torch
+def med(f, n=12, warm=3):
+    ts = []
+    for i in range(n + warm):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record(); f(); e.record(); torch.cuda.synchronize()
+        if i >= warm: ts.append(s.elapsed_time(e) / 1e3)
+    return sorted(ts)[len(ts) // 2]
+a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda"); b = torch.empty_like(a)
+copy = 2 * (1 << 30) / med(lambda: b.copy_(a))
+x = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda"); y = torch.randn_like(x)
+gemm = 2 * 8192 ** 3 / med(lambda: x @ y)
+print(json.dumps({"copy_bytes_s": copy, "gemm_flop_s": gemm}))
 PY
-echo "rc: ops=$ops_rc golden=$golden_rc graph=$graph_rc kbench=$kbench_rc bench2048=$b1_rc bench512=$b2_rc batched=$bb_rc det=$bd_rc nograph=$bn_rc"
+  cat "$OUT/floors.json"
+}
+
+# bench_model PRESET FMT: make (and quantize) the model, bench it, delete it
+bench_model() {
+  local preset=$1 fmt=$2 dir=/tmp/tern-$1 m tag=$1-$2
+  if [ ! -d "$dir" ]; then
+    timeout 300 python3 tools/make_model.py --preset "$preset" --out "$dir" \
+      --tokenizer-dir $C/tok-llama3_1 >"$OUT/make-$preset.log" 2>&1 || { echo "make_model $preset failed"; return; }
+  fi
+  m=$dir
+  if [ "$fmt" = q4 ]; then
+    m=$dir-q4
+    [ -d "$m" ] || cr timeout 300 $C/tern quantize --model "$dir" --out "$m" --bits 4 --group-size 64 \
+      >"$OUT/quantize-$preset.log" 2>&1 || { echo "quantize $preset failed"; return; }
+  fi
+  cp "$m/config.json" "$OUT/config-$tag.json"
+  local b="cr timeout 240 $C/tern bench --model $m --device cuda --json"
+  $b --prompt-len 512 --gen 64 --reps 3 >"$OUT/b1-$tag.json" 2>"$OUT/b1-$tag.err"
+  $b --prompt-len 16 --gen 128 --reps 3 >"$OUT/b1s-$tag.json" 2>"$OUT/b1s-$tag.err"
+  $b --prompt-len 2048 --gen 16 --reps 3 >"$OUT/pre-$tag.json" 2>"$OUT/pre-$tag.err"
+  $b --concurrency "${GPU_CONC:-64}" --prompt-len 128 --gen 128 >"$OUT/conc-$tag.json" 2>"$OUT/conc-$tag.err"
+  echo "benched $tag"
+}
+
+bench() {
+  floors
+  local spec preset fmts fmt
+  for spec in ${GPU_MODELS:-llama-3.1-8b:bf16,q4}; do
+    preset=${spec%%:*}
+    fmts=${spec#*:}
+    for fmt in ${fmts//,/ }; do bench_model "$preset" "$fmt"; done
+    rm -rf "/tmp/tern-$preset" "/tmp/tern-$preset-q4"
+  done
+  python3 scripts/gpu_table.py "$OUT"
+}
+
+profile() {
+  local dir=/tmp/tern-llama-3.1-8b
+  timeout 300 python3 tools/make_model.py --preset llama-3.1-8b --out $dir \
+    --tokenizer-dir $C/tok-llama3_1 >"$OUT/make.log" 2>&1
+  cr timeout 300 $C/tern quantize --model $dir --out $dir-q4 --bits 4 --group-size 64 >/dev/null 2>&1
+  cr env TERN_CUDA_STEP_STAMPS="$OUT/stamps.csv" timeout 120 $C/tern bench --model $dir-q4 \
+    --device cuda --prompt-len 512 --gen 64 --reps 3 --json >"$OUT/stamped.json" 2>&1
+  python3 scripts/step-stamps.py "$OUT/stamps.csv" | tee "$OUT/stamps.txt"
+}
+
+case $SUITE in
+carry) carry ;;
+test) unpack && tests ;;
+bench) unpack && bench ;;
+profile) unpack && profile ;;
+all) unpack && tests && bench ;;
+*) sed -n '2,24p' "$0"; exit 2 ;;
+esac
