@@ -88,6 +88,8 @@ struct tern_step_desc {
 
 struct tern_step_plan; /* backend-defined */
 
+#define TERN_MAX_KV_GROUPS 4
+
 /* The batch on the host, as the scheduler (or a simple driver) builds it. */
 struct tern_batch {
     int32_t n_tokens;           /* T */
@@ -101,6 +103,12 @@ struct tern_batch {
     const int32_t *block_tables; /* [S, max_blocks_per_seq] */
     const int32_t *slot_mapping; /* [T] */
     const int32_t *logits_idx;   /* [n_logits] token rows whose logits are wanted */
+    /* KV pools beyond the first (sliding-window layers keep their own, see
+     * kv/kv.h): group g's block tables and slots, laid out as block_tables
+     * and slot_mapping above (which are group 0's). n_kv_groups <= 1: none. */
+    int32_t n_kv_groups;
+    const int32_t *group_block_tables[TERN_MAX_KV_GROUPS]; /* [g] for 1 <= g < n_kv_groups */
+    const int32_t *group_slot_mapping[TERN_MAX_KV_GROUPS];
 };
 
 /* The same batch as ops see it: int32 arrays in backend buffers, plus the

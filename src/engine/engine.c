@@ -15,30 +15,49 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The blocks one sequence can hold at once in KV group g: its whole
+ * context in a full group; its window and the largest chunk in a windowed
+ * one. */
+static int32_t group_per_seq(const struct tern_engine *e, int32_t g)
+{
+    int32_t w = e->model->core.kv_group_window[g], bs = e->p.block_size;
+    if (!w) return e->max_blocks_per_seq;
+    int32_t n = (w + e->p.max_batch_tokens + bs - 1) / bs + 2;
+    return n < e->max_blocks_per_seq ? n : e->max_blocks_per_seq;
+}
+
+/* Blocks per KV group: every running sequence's worth when the budget (kv_bytes,
+ * or kv_fraction of free device memory) holds them, else every group scaled
+ * down alike. */
 static enum tern_status size_cache(struct tern_engine *e)
 {
     struct tern_model_core *m = &e->model->core;
     const struct tern_engine_params *p = &e->p;
-    int32_t bs = p->block_size;
+    int32_t bs = p->block_size, G = m->n_kv_groups;
     e->max_blocks_per_seq = (e->max_context + bs - 1) / bs;
-    size_t block_bytes = tern_kv_block_bytes(m, bs);
-    int64_t want = (int64_t)e->max_blocks_per_seq * p->max_seqs;
-    int64_t budget_blocks;
+    double want_bytes = 0;
+    size_t bytes[TERN_MAX_KV_GROUPS];
+    for (int32_t g = 0; g < G; g++) {
+        bytes[g] = tern_kv_block_bytes(m, g, bs);
+        want_bytes += (double)group_per_seq(e, g) * p->max_seqs * (double)bytes[g];
+    }
+    double budget;
     if (p->kv_bytes > 0) {
-        budget_blocks = p->kv_bytes / (int64_t)block_bytes;
+        budget = (double)p->kv_bytes;
     } else {
         size_t free_b = 0, total_b = 0;
         TERN_TRY(m->be->ops->mem_info(m->be, &free_b, &total_b));
-        budget_blocks = (int64_t)((double)free_b * p->kv_fraction / (double)block_bytes);
-        /* The CPU shares RAM with everything else: never take more than asked for. */
-        if (m->be->device == TERN_DEVICE_CPU && budget_blocks > want) budget_blocks = want;
+        budget = (double)free_b * p->kv_fraction;
     }
-    if (budget_blocks > want) budget_blocks = want;
-    if (budget_blocks < e->max_blocks_per_seq && budget_blocks < 1)
-        return tern_error(TERN_E_NO_MEMORY,
-                          "KV cache: budget holds no %d-token block (%zu bytes each)", bs,
-                          block_bytes);
-    e->n_blocks = (int32_t)budget_blocks;
+    double scale = budget >= want_bytes ? 1.0 : budget / want_bytes;
+    for (int32_t g = 0; g < G; g++) {
+        int64_t n = (int64_t)((double)group_per_seq(e, g) * p->max_seqs * scale);
+        if (n < 1)
+            return tern_error(TERN_E_NO_MEMORY,
+                              "KV cache: budget of %.0f bytes holds no %d-token block (%zu bytes "
+                              "each over %d KV group(s))", budget, bs, bytes[g], G);
+        e->n_blocks[g] = (int32_t)(n < INT32_MAX ? n : INT32_MAX);
+    }
     return TERN_OK;
 }
 
@@ -75,8 +94,17 @@ enum tern_status tern_engine_create(struct tern_model *model, const struct tern_
         st = tern_engine_host_batch_init(e);
     }
     if (st == TERN_OK) {
-        struct tern_sched_params sp = {p.max_seqs, p.max_batch_tokens, e->max_context,
-                                       e->n_blocks, p.block_size, true};
+        struct tern_sched_params sp = {.max_seqs = p.max_seqs,
+                                       .max_batch_tokens = p.max_batch_tokens,
+                                       .max_context = e->max_context,
+                                       .n_blocks = e->n_blocks[0],
+                                       .block_size = p.block_size,
+                                       .enable_prefix_cache = true,
+                                       .n_groups = m->n_kv_groups};
+        for (int32_t g = 0; g < m->n_kv_groups; g++) {
+            sp.group_blocks[g] = e->n_blocks[g];
+            sp.group_window[g] = m->kv_group_window[g];
+        }
         st = tern_sched_create(&sp, &e->sched);
     }
     if (st == TERN_OK) st = tern_sampler_create(m->hp.vocab_size, &e->sampler);
@@ -116,14 +144,14 @@ void tern_engine_destroy(struct tern_engine *e)
 
 enum tern_status tern_engine_host_batch_init(struct tern_engine *e)
 {
-    int32_t T = e->p.max_batch_tokens, S = e->p.max_seqs;
+    int32_t T = e->p.max_batch_tokens, S = e->p.max_seqs, G = e->model->core.n_kv_groups;
     e->hb.ids = tern_calloc((size_t)T, 4);
     e->hb.pos = tern_calloc((size_t)T, 4);
-    e->hb.slots = tern_calloc((size_t)T, 4);
+    e->hb.slots = tern_calloc((size_t)G * (size_t)T, 4);
     e->hb.qstart = tern_calloc((size_t)S + 1, 4);
     e->hb.seqlen = tern_calloc((size_t)S, 4);
     e->hb.lidx = tern_calloc((size_t)e->max_logits, 4);
-    e->hb.btable = tern_calloc((size_t)S * (size_t)e->max_blocks_per_seq, 4);
+    e->hb.btable = tern_calloc((size_t)G * (size_t)S * (size_t)e->max_blocks_per_seq, 4);
     e->hb.out_ids = tern_calloc((size_t)e->max_logits, 4);
     e->hb.sampled = tern_calloc((size_t)e->max_logits, 4);
     e->hb.logits = tern_calloc((size_t)e->max_logits * (size_t)e->model->core.hp.vocab_size, 4);
@@ -148,65 +176,83 @@ void tern_engine_host_batch_deinit(struct tern_engine *e)
     tern_free(e->hb.logits);
 }
 
-/* Runs tokens [start, start + n) of one solo sequence whose blocks come
- * from the scheduler's pool (`seq`), asking logits for the last `n_logits`.
- * The caller holds step_mu. */
-static enum tern_status solo_step_dev(struct tern_engine *e, struct tern_kv_seq *seq,
-                                      const int32_t *ids, const struct tern_dtensor *ids_dev,
-                                      int32_t start, int32_t n, int32_t n_logits)
+/* A solo sequence: a block table in every KV group, over engine-owned
+ * storage, its blocks taken from the scheduler's pools. */
+struct solo {
+    struct tern_kv_seq seq[TERN_MAX_KV_GROUPS];
+    int32_t *blocks;
+};
+
+/* Runs tokens [start, start + n) of a solo sequence, asking logits for the
+ * last `n_logits`. The caller holds step_mu. */
+static enum tern_status solo_step_dev(struct tern_engine *e, struct solo *so, const int32_t *ids,
+                                      const struct tern_dtensor *ids_dev, int32_t start, int32_t n,
+                                      int32_t n_logits)
 {
-    int32_t bs = e->p.block_size;
-    int32_t len = start + n;
-    struct tern_kv *pool = tern_sched_kv(e->sched);
+    int32_t bs = e->p.block_size, len = start + n, G = e->model->core.n_kv_groups;
+    int32_t mb = e->max_blocks_per_seq, T = e->p.max_batch_tokens;
     struct tern_kv_copy copies[4];
     int32_t n_copies = 0;
-    if (len > e->max_context || !tern_kv_seq_reserve(pool, seq, n, copies, &n_copies))
+    bool fits = len <= e->max_context;
+    for (int32_t g = 0; g < G && fits; g++) {
+        struct tern_kv *pool = tern_sched_kv_group(e->sched, g);
+        fits = tern_kv_seq_blocks_needed(pool, &so->seq[g], n) <= tern_kv_n_free(pool);
+    }
+    if (!fits)
         return tern_error(TERN_E_CAPACITY, "sequence of %d tokens does not fit the KV cache "
                           "(%d free blocks of %d tokens, context %d)", len,
-                          tern_kv_n_free(pool), bs, e->max_context);
+                          tern_kv_n_free(tern_sched_kv(e->sched)), bs, e->max_context);
+    struct tern_batch b = {n, 1, mb, n_logits, e->hb.ids, e->hb.pos, e->hb.qstart, e->hb.seqlen,
+                           e->hb.btable, e->hb.slots, e->hb.lidx, .n_kv_groups = G};
+    for (int32_t g = 0; g < G; g++) {
+        struct tern_kv_seq *seq = &so->seq[g];
+        /* a fresh table shares nothing: no copies */
+        tern_kv_seq_reserve(tern_sched_kv_group(e->sched, g), seq, n, copies, &n_copies);
+        int32_t *slots = e->hb.slots + (size_t)g * T, *bt = e->hb.btable + (size_t)g * mb;
+        for (int32_t i = 0; i < n; i++) slots[i] = tern_kv_seq_slot(seq, bs, start + i);
+        for (int32_t j = 0; j < seq->n_blocks; j++) bt[j] = seq->blocks[j] < 0 ? 0 : seq->blocks[j];
+        b.group_block_tables[g] = bt;
+        b.group_slot_mapping[g] = slots;
+    }
     for (int32_t i = 0; i < n; i++) {
         e->hb.ids[i] = ids ? ids[i] : 0;
         e->hb.pos[i] = start + i;
-        e->hb.slots[i] = tern_kv_seq_slot(seq, bs, start + i);
     }
-    for (int32_t j = 0; j < seq->n_blocks; j++) e->hb.btable[j] = seq->blocks[j];
     e->hb.qstart[0] = 0;
     e->hb.qstart[1] = n;
     e->hb.seqlen[0] = len;
     for (int32_t i = 0; i < n_logits; i++) e->hb.lidx[i] = n - n_logits + i;
-    struct tern_batch b = {n, 1, seq->n_blocks, n_logits, e->hb.ids, e->hb.pos, e->hb.qstart,
-                           e->hb.seqlen, e->hb.btable, e->hb.slots, e->hb.lidx};
+    b.max_blocks_per_seq = so->seq[0].n_blocks;
     /* a decode step (n == 1) replays a graph where it can; prefill runs op by op */
     TERN_TRY(tern_model_forward_graph(&e->model->core, &e->fwd, &e->kv, &b, ids_dev));
     /* no prefix keys: the blocks go back as plain free blocks */
-    seq->n_computed += n;
+    for (int32_t g = 0; g < G; g++) {
+        so->seq[g].n_computed += n;
+        tern_kv_seq_trim(tern_sched_kv_group(e->sched, g), &so->seq[g]);
+    }
     return TERN_OK;
 }
 
-static enum tern_status solo_step(struct tern_engine *e, struct tern_kv_seq *seq,
-                                  const int32_t *ids, int32_t start, int32_t n, int32_t n_logits)
+static enum tern_status solo_step(struct tern_engine *e, struct solo *so, const int32_t *ids,
+                                  int32_t start, int32_t n, int32_t n_logits)
 {
-    return solo_step_dev(e, seq, ids, NULL, start, n, n_logits);
+    return solo_step_dev(e, so, ids, NULL, start, n, n_logits);
 }
-
-/* A solo sequence's block table over engine-owned storage. */
-struct solo {
-    struct tern_kv_seq seq;
-    int32_t *blocks;
-};
 
 static enum tern_status solo_begin(struct tern_engine *e, struct solo *so)
 {
-    so->blocks = tern_calloc((size_t)e->max_blocks_per_seq, sizeof(int32_t));
+    int32_t G = e->model->core.n_kv_groups, mb = e->max_blocks_per_seq;
+    so->blocks = tern_calloc((size_t)G * (size_t)mb, sizeof(int32_t));
     if (!so->blocks) return TERN_E_NO_MEMORY;
-    tern_kv_seq_init(&so->seq, so->blocks, e->max_blocks_per_seq);
+    for (int32_t g = 0; g < G; g++) tern_kv_seq_init(&so->seq[g], so->blocks + (size_t)g * mb, mb);
     pthread_mutex_lock(&e->step_mu);
     return TERN_OK;
 }
 
 static void solo_end(struct tern_engine *e, struct solo *so)
 {
-    tern_kv_seq_free(tern_sched_kv(e->sched), &so->seq);
+    for (int32_t g = 0; g < e->model->core.n_kv_groups; g++)
+        tern_kv_seq_free(tern_sched_kv_group(e->sched, g), &so->seq[g]);
     pthread_mutex_unlock(&e->step_mu);
     tern_free(so->blocks);
 }
@@ -237,7 +283,7 @@ enum tern_status tern_logits(struct tern_engine *e, const int32_t *ids, int32_t 
     enum tern_status st = TERN_OK;
     for (int32_t s = 0; st == TERN_OK && s < n; s += chunk) {
         int32_t c = n - s < chunk ? n - s : chunk;
-        st = solo_step(e, &so.seq, ids + s, s, c, c);
+        st = solo_step(e, &so, ids + s, s, c, c);
         struct tern_dtensor rows = tern_dtensor_rows(&e->fwd.logits, 0, c);
         if (st == TERN_OK)
             st = m->be->ops->download(m->be, out + (size_t)s * V, &rows,
@@ -275,7 +321,7 @@ enum tern_status tern_generate_greedy(struct tern_engine *e, const int32_t *ids,
     for (int32_t s = 0; st == TERN_OK && s < n_ids && max_tokens > 0; s += chunk) {
         int32_t c = n_ids - s < chunk ? n_ids - s : chunk;
         bool last = s + c == n_ids;
-        st = solo_step(e, &so.seq, ids + s, s, c, last ? 1 : 0);
+        st = solo_step(e, &so, ids + s, s, c, last ? 1 : 0);
     }
     /* Decode keeps the ids on the device: step i's token, the argmax of its
      * logits, lands in ids_at at the position it takes, and is the next
@@ -292,7 +338,7 @@ enum tern_status tern_generate_greedy(struct tern_engine *e, const int32_t *ids,
         if (i > 0) {
             struct tern_dtensor prev = tern_dtensor_rows(&f->ids_at, len - 1, 1);
             const struct tern_dtensor *in = f->argmax_fused ? &f->batch.token_ids : &prev;
-            if ((st = solo_step_dev(e, &so.seq, NULL, in, len - 1, 1, 1)) != TERN_OK) break;
+            if ((st = solo_step_dev(e, &so, NULL, in, len - 1, 1, 1)) != TERN_OK) break;
         }
         if (!f->argmax_fused) {
             struct tern_dtensor lg = tern_dtensor_rows(&f->logits, 0, 1);

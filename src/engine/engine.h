@@ -22,11 +22,12 @@
 
 /* Host-side batch arrays, sized at creation (no allocation per step). */
 struct tern_host_batch {
-    int32_t *ids, *pos, *slots; /* [max_batch_tokens] */
+    int32_t *ids, *pos;         /* [max_batch_tokens] */
+    int32_t *slots;             /* [n_kv_groups, max_batch_tokens] */
     int32_t *qstart;            /* [max_seqs + 1] */
     int32_t *seqlen;            /* [max_seqs] */
     int32_t *lidx;              /* [max_logits] */
-    int32_t *btable;            /* [max_seqs, max_blocks_per_seq] */
+    int32_t *btable;            /* [n_kv_groups, max_seqs, max_blocks_per_seq] */
     int32_t *out_ids;           /* [max_logits] */
     float *logits;              /* [max_logits, vocab] downloaded for sampling */
     int32_t *sampled;           /* [max_logits] */
@@ -40,7 +41,7 @@ struct tern_engine {
     int32_t max_context;
     int32_t max_blocks_per_seq;
     int32_t max_logits;
-    int32_t n_blocks;
+    int32_t n_blocks[TERN_MAX_KV_GROUPS]; /* per KV group of the model */
     struct tern_kv_cache kv;
     struct tern_fwd fwd;
     struct tern_host_batch hb;

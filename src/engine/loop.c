@@ -433,14 +433,18 @@ static void pad_decode(struct tern_engine *e, struct tern_batch *b)
     if (cap > e->max_logits) cap = e->max_logits;
     int32_t np = decode_bucket(n);
     if (np > cap) np = cap;
+    struct tern_sched_caps caps = tern_sched_get_caps(e->sched);
+    size_t tables_n = (size_t)caps.max_seqs * (size_t)caps.max_blocks_per_seq;
     for (int32_t i = n; i < np; i++) {
         e->hb.ids[i] = 0;
         e->hb.pos[i] = 0;
-        e->hb.slots[i] = -1;
         e->hb.qstart[i + 1] = i + 1;
         e->hb.seqlen[i] = 1;
-        e->hb.btable[(size_t)i * b->max_blocks_per_seq] = 0;
         e->hb.lidx[i] = i;
+        for (int32_t g = 0; g < caps.n_groups; g++) {
+            e->hb.slots[(size_t)g * caps.max_tokens + (size_t)i] = -1;
+            e->hb.btable[g * tables_n + (size_t)i * b->max_blocks_per_seq] = 0;
+        }
     }
     b->n_tokens = b->n_seqs = b->n_logits = np > n ? np : n;
 }
@@ -512,12 +516,17 @@ static bool step(struct tern_engine *e, struct tern_sample_result *res)
 
 static void update_gauges(struct tern_engine *e)
 {
-    struct tern_kv *kv = tern_sched_kv(e->sched);
+    int64_t total = 0, free_b = 0;
+    for (int32_t g = 0; g < e->model->core.n_kv_groups; g++) { /* every KV group's pool */
+        struct tern_kv *kv = tern_sched_kv_group(e->sched, g);
+        total += tern_kv_n_blocks(kv);
+        free_b += tern_kv_n_free(kv);
+    }
     pthread_mutex_lock(&e->mu);
     e->stats.running = tern_sched_n_running(e->sched);
     e->stats.waiting = tern_sched_n_waiting(e->sched);
-    e->stats.kv_blocks_total = tern_kv_n_blocks(kv);
-    e->stats.kv_blocks_free = tern_kv_n_free(kv);
+    e->stats.kv_blocks_total = total;
+    e->stats.kv_blocks_free = free_b;
     e->stats.kv_blocks_used = e->stats.kv_blocks_total - e->stats.kv_blocks_free;
     pthread_mutex_unlock(&e->mu);
 }

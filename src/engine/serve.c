@@ -77,11 +77,7 @@ static enum tern_status check_request(struct tern_engine *e, const struct tern_r
         return tern_error(TERN_E_CAPACITY,
                           "prompt (%d tokens) + max_tokens (%d) exceeds the context length %d",
                           r->n_ids, sp->max_tokens, e->max_context);
-    int32_t need = (r->n_ids + sp->max_tokens + e->p.block_size - 1) / e->p.block_size;
-    if (need > e->n_blocks)
-        return tern_error(TERN_E_CAPACITY,
-                          "prompt (%d tokens) + max_tokens (%d) needs %d KV blocks, the pool has %d",
-                          r->n_ids, sp->max_tokens, need, e->n_blocks);
+    TERN_TRY(tern_sched_check_fits(e->sched, r->n_ids, sp->max_tokens, 1));
     int32_t V = e->model->core.hp.vocab_size;
     for (int32_t i = 0; i < sp->n_stop_ids; i++)
         if (sp->stop_ids[i] < 0 || sp->stop_ids[i] >= V)

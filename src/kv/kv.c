@@ -11,6 +11,7 @@
 struct tern_kv {
     int32_t n_blocks;
     int32_t block_size;
+    int32_t window; /* 0: tables keep every block; else a query sees `window` keys */
     bool prefix_cache;
 
     int32_t *ref;             /* [n_blocks] */
@@ -90,13 +91,16 @@ static void cache_insert(struct tern_kv *kv, int32_t b, uint64_t key, int32_t pa
     kv->n_cached++;
 }
 
-/* The cached block with exactly this key, content and parent, or -1. */
+/* The cached block with exactly this key, content and parent, or -1. A
+ * windowed pool does not hold a block's parents, so there the key (which
+ * chains every earlier token) and the block's own tokens decide. */
 static int32_t cache_find(const struct tern_kv *kv, uint64_t key, int32_t parent,
                           uint32_t parent_gen, const int32_t *toks)
 {
     for (int32_t b = kv->buckets[key & kv->bucket_mask]; b >= 0; b = kv->chain[b]) {
-        if (kv->key[b] != key || kv->parent[b] != parent) continue;
-        if (parent >= 0 && kv->parent_gen[b] != parent_gen) continue;
+        if (kv->key[b] != key) continue;
+        if (!kv->window && kv->parent[b] != parent) continue;
+        if (!kv->window && parent >= 0 && kv->parent_gen[b] != parent_gen) continue;
         if (memcmp(kv->tokens + (size_t)b * kv->block_size, toks,
                    sizeof(int32_t) * kv->block_size) != 0)
             continue;
@@ -115,9 +119,9 @@ static uint64_t block_key(const struct tern_kv *kv, const int32_t *toks, uint64_
 enum tern_status tern_kv_create(const struct tern_kv_params *params, struct tern_kv **out)
 {
     *out = NULL;
-    if (params->n_blocks <= 0 || params->block_size <= 0)
-        return tern_error(TERN_E_INVALID_ARG, "kv: n_blocks (%d) and block_size (%d) must be > 0",
-                          params->n_blocks, params->block_size);
+    if (params->n_blocks <= 0 || params->block_size <= 0 || params->window < 0)
+        return tern_error(TERN_E_INVALID_ARG, "kv: n_blocks (%d) and block_size (%d) must be > 0, "
+                          "window (%d) >= 0", params->n_blocks, params->block_size, params->window);
     struct tern_kv *kv = tern_calloc(1, sizeof *kv);
     if (!kv) return TERN_E_NO_MEMORY;
     int32_t n = params->n_blocks;
@@ -125,6 +129,7 @@ enum tern_status tern_kv_create(const struct tern_kv_params *params, struct tern
     while (n_buckets < (size_t)n * 2) n_buckets *= 2;
     kv->n_blocks = n;
     kv->block_size = params->block_size;
+    kv->window = params->window;
     kv->prefix_cache = params->enable_prefix_cache;
     kv->bucket_mask = n_buckets - 1;
     kv->ref = tern_calloc(n, sizeof(int32_t));
@@ -172,6 +177,7 @@ void tern_kv_destroy(struct tern_kv *kv)
 }
 
 int32_t tern_kv_block_size(const struct tern_kv *kv) { return kv->block_size; }
+int32_t tern_kv_window(const struct tern_kv *kv) { return kv->window; }
 int32_t tern_kv_n_blocks(const struct tern_kv *kv) { return kv->n_blocks; }
 int32_t tern_kv_n_free(const struct tern_kv *kv) { return kv->n_free; }
 int32_t tern_kv_n_cached(const struct tern_kv *kv) { return kv->n_cached; }
@@ -238,6 +244,46 @@ void tern_kv_seq_init(struct tern_kv_seq *seq, int32_t *blocks, int32_t cap)
     seq->parent = -1;
 }
 
+/* The first block a query at position pos still reads in a windowed pool
+ * (0 for a full one). */
+static int32_t first_live_block(const struct tern_kv *kv, int32_t pos)
+{
+    int32_t lo = kv->window ? pos - kv->window + 1 : 0;
+    return lo > 0 ? lo / kv->block_size : 0;
+}
+
+/* Windowed pools: the longest prefix of whole blocks (at most n_full) whose
+ * last blocks, those a query right after it reads, are all cached; the
+ * table holds those blocks and -1 before them. */
+static int32_t match_windowed(struct tern_kv *kv, struct tern_kv_seq *seq, const int32_t *tokens,
+                              int32_t n_full)
+{
+    int32_t bs = kv->block_size, best = 0, run = 0; /* run: cached blocks ending at j */
+    uint64_t key = 0;
+    for (int32_t j = 0; j < n_full; j++) {
+        key = block_key(kv, tokens + (size_t)j * bs, key);
+        run = cache_find(kv, key, -1, 0, tokens + (size_t)j * bs) >= 0 ? run + 1 : 0;
+        int32_t need = j + 1 - first_live_block(kv, (j + 1) * bs);
+        if (run >= need) best = j + 1;
+    }
+    key = 0;
+    for (int32_t j = 0; j < best; j++) {
+        const int32_t *toks = tokens + (size_t)j * bs;
+        key = block_key(kv, toks, key);
+        int32_t b = -1;
+        if (j >= first_live_block(kv, best * bs)) {
+            b = cache_find(kv, key, -1, 0, toks);
+            TERN_ASSERT(b >= 0);
+            block_incref(kv, b);
+        }
+        seq->blocks[j] = b;
+    }
+    seq->n_blocks = seq->n_keyed = best;
+    seq->last_key = key;
+    seq->n_computed = best * bs;
+    return seq->n_computed;
+}
+
 int32_t tern_kv_seq_match_prefix(struct tern_kv *kv, struct tern_kv_seq *seq,
                                  const int32_t *tokens, int32_t max_tokens)
 {
@@ -246,6 +292,7 @@ int32_t tern_kv_seq_match_prefix(struct tern_kv *kv, struct tern_kv_seq *seq,
     int32_t bs = kv->block_size;
     int32_t n_full = max_tokens > 0 ? max_tokens / bs : 0;
     if (n_full > seq->cap) n_full = seq->cap;
+    if (kv->window) return match_windowed(kv, seq, tokens, n_full);
     for (int32_t j = 0; j < n_full; j++) {
         const int32_t *toks = tokens + (size_t)j * bs;
         uint64_t key = block_key(kv, toks, seq->last_key);
@@ -287,19 +334,16 @@ bool tern_kv_seq_reserve(struct tern_kv *kv, struct tern_kv_seq *seq, int32_t n_
         int32_t dst = block_alloc(kv);
         block_decref(kv, src);
         seq->blocks[j] = dst;
-        copies[(*n_copies)++] = (struct tern_kv_copy){src, dst};
+        copies[(*n_copies)++] = (struct tern_kv_copy){src, dst, 0};
     }
     while (seq->n_blocks < need_blocks) seq->blocks[seq->n_blocks++] = block_alloc(kv);
     return true;
 }
 
-void tern_kv_seq_commit(struct tern_kv *kv, struct tern_kv_seq *seq, const int32_t *tokens,
-                        int32_t n_new)
+/* Keys the blocks that became full (commit). */
+static void key_blocks(struct tern_kv *kv, struct tern_kv_seq *seq, const int32_t *tokens)
 {
     int32_t bs = kv->block_size;
-    seq->n_computed += n_new;
-    TERN_ASSERT(seq->n_computed <= seq->n_blocks * bs);
-    if (!kv->prefix_cache) return;
     while (seq->n_keyed < seq->n_computed / bs) {
         int32_t j = seq->n_keyed;
         const int32_t *toks = tokens + (size_t)j * bs;
@@ -319,6 +363,27 @@ void tern_kv_seq_commit(struct tern_kv *kv, struct tern_kv_seq *seq, const int32
     }
 }
 
+void tern_kv_seq_trim(struct tern_kv *kv, struct tern_kv_seq *seq)
+{
+    if (!kv->window) return;
+    int32_t live = first_live_block(kv, seq->n_computed);
+    for (int32_t j = 0; j < live && j < seq->n_blocks; j++) {
+        if (seq->blocks[j] < 0) continue;
+        block_decref(kv, seq->blocks[j]);
+        seq->blocks[j] = -1;
+    }
+}
+
+void tern_kv_seq_commit(struct tern_kv *kv, struct tern_kv_seq *seq, const int32_t *tokens,
+                        int32_t n_new)
+{
+    int32_t bs = kv->block_size;
+    seq->n_computed += n_new;
+    TERN_ASSERT(seq->n_computed <= seq->n_blocks * bs);
+    if (kv->prefix_cache) key_blocks(kv, seq, tokens);
+    tern_kv_seq_trim(kv, seq);
+}
+
 void tern_kv_seq_fork(struct tern_kv *kv, const struct tern_kv_seq *src, struct tern_kv_seq *dst)
 {
     TERN_ASSERT(dst->n_blocks == 0 && dst->cap >= src->n_blocks);
@@ -329,12 +394,13 @@ void tern_kv_seq_fork(struct tern_kv *kv, const struct tern_kv_seq *src, struct 
     dst->cap = cap;
     for (int32_t j = 0; j < src->n_blocks; j++) {
         dst->blocks[j] = src->blocks[j];
-        block_incref(kv, src->blocks[j]);
+        if (src->blocks[j] >= 0) block_incref(kv, src->blocks[j]);
     }
 }
 
 void tern_kv_seq_free(struct tern_kv *kv, struct tern_kv_seq *seq)
 {
-    for (int32_t j = seq->n_blocks - 1; j >= 0; j--) block_decref(kv, seq->blocks[j]);
+    for (int32_t j = seq->n_blocks - 1; j >= 0; j--)
+        if (seq->blocks[j] >= 0) block_decref(kv, seq->blocks[j]);
     tern_kv_seq_init(seq, seq->blocks, seq->cap);
 }

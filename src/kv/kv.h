@@ -36,6 +36,17 @@
  * counter per block changes on eviction), so a 64-bit collision can never
  * give a sequence wrong K/V.
  *
+ * Windowed pools (sliding-window layers, window W): a query at position p
+ * reads keys (p - W, p] only, so once n tokens are computed the blocks
+ * wholly before position n - W + 1 are dead: tern_kv_seq_trim (which commit
+ * calls) releases them and leaves -1 in their table entries, so a
+ * sequence holds about W / block_size blocks whatever its length. Freed
+ * keyed blocks stay reusable like any other. A prefix hit in a windowed pool
+ * is the longest whole-block prefix whose last blocks (those the next query
+ * reads) are all cached; it matches by the chained key and the block's own
+ * tokens (its parents may be gone), so a wrong hit needs a 64-bit collision
+ * of the chain and identical tokens in the block.
+ *
  * Lifecycle of a sequence, as the scheduler drives it:
  *
  *   tern_kv_seq_init(seq, storage)            empty table, caller's storage
@@ -59,20 +70,25 @@ struct tern_kv_params {
     int32_t n_blocks;         /* blocks in the pool (the engine derives it from memory) */
     int32_t block_size;       /* tokens per block, e.g. 16 */
     bool enable_prefix_cache; /* false: no keys, no reuse; freed blocks are plain free */
+    int32_t window;           /* 0: a full-attention pool; else the keys a query at
+                               * position p reads are (p - window, p] (sliding layers) */
 };
 
-/* One block copy the engine must perform on the device (every layer, K and
- * V, the whole block) before running the step that asked for it. */
+/* One block copy the engine must perform on the device (every layer of the
+ * pool's group, K and V, the whole block) before running the step that
+ * asked for it. */
 struct tern_kv_copy {
     int32_t src;
     int32_t dst;
+    int32_t group; /* which pool (the scheduler's KV group; 0 for a lone pool) */
 };
 
 /* A sequence's block table. Storage for `blocks` belongs to the caller
  * (sized at creation, so no allocation per step); the fields are read-only
  * outside kv.c. */
 struct tern_kv_seq {
-    int32_t *blocks;    /* [cap] physical block of logical block j, j < n_blocks */
+    int32_t *blocks;    /* [cap] physical block of logical block j, j < n_blocks
+                         * (-1: released by a windowed pool) */
     int32_t cap;        /* capacity of blocks[] (max blocks per sequence) */
     int32_t n_blocks;   /* blocks held */
     int32_t n_computed; /* tokens whose K/V are in the cache (positions [0, n_computed)) */
@@ -88,6 +104,7 @@ enum tern_status tern_kv_create(const struct tern_kv_params *params, struct tern
 void tern_kv_destroy(struct tern_kv *kv);
 
 int32_t tern_kv_block_size(const struct tern_kv *kv);
+int32_t tern_kv_window(const struct tern_kv *kv);
 int32_t tern_kv_n_blocks(const struct tern_kv *kv);
 /* Free blocks, counting cached ones that can still be evicted. */
 int32_t tern_kv_n_free(const struct tern_kv *kv);
@@ -111,7 +128,8 @@ void tern_kv_seq_init(struct tern_kv_seq *seq, int32_t *blocks, int32_t cap);
  * `max_tokens` tokens (the scheduler passes n - 1 so that at least the last
  * token is computed and has logits). Takes a reference on each block found
  * and sets n_computed to the number of tokens reused, which it returns
- * (a multiple of block_size; 0 when the prefix cache is off). */
+ * (a multiple of block_size; 0 when the prefix cache is off). A windowed
+ * pool takes only the blocks the next query reads (see above). */
 int32_t tern_kv_seq_match_prefix(struct tern_kv *kv, struct tern_kv_seq *seq,
                                  const int32_t *tokens, int32_t max_tokens);
 
@@ -135,6 +153,10 @@ int32_t tern_kv_seq_blocks_needed(const struct tern_kv *kv, const struct tern_kv
  * is the sequence's whole token array (at least n_computed + n_new long). */
 void tern_kv_seq_commit(struct tern_kv *kv, struct tern_kv_seq *seq, const int32_t *tokens,
                         int32_t n_new);
+
+/* Windowed pools: releases the blocks no later query reads (see above);
+ * a no-op for full pools. tern_kv_seq_commit calls it. */
+void tern_kv_seq_trim(struct tern_kv *kv, struct tern_kv_seq *seq);
 
 /* Makes dst (an initialised, empty table with cap >= src->n_blocks) share all
  * of src's blocks (each gets one more reference). The first write into a

@@ -40,6 +40,15 @@ static struct tern_dtensor rows_of(const struct tern_dtensor *t, int64_t rows)
     return tern_dtensor_rows(t, 0, rows);
 }
 
+/* The batch as layer l's attention sees it: its KV group's block tables
+ * and slots. */
+static const struct tern_batch_dev *batch_of(const struct tern_model_core *m,
+                                             const struct tern_fwd *f, int32_t l)
+{
+    int g = m->layer_group[l];
+    return g ? &f->group_batch[g] : &f->batch;
+}
+
 /* The layer's rope. */
 static const struct tern_rope *rope_of(const struct tern_model_core *m,
                                        const struct tern_layer_plan *p)
@@ -50,7 +59,8 @@ static const struct tern_rope *rope_of(const struct tern_model_core *m,
 /* q|k|v of a layer that keeps its own K/V, normed, roped and stored. */
 static enum tern_status qkv_own(struct tern_model_core *m, struct tern_fwd *f,
                                 const struct tern_layer *ly, const struct tern_layer_plan *p,
-                                struct tern_kv_layer *kvl, int64_t T)
+                                struct tern_kv_layer *kvl, const struct tern_batch_dev *bd,
+                                int64_t T)
 {
     const struct tern_backend_ops *ops = m->be->ops;
     struct tern_backend *be = m->be;
@@ -61,8 +71,7 @@ static enum tern_status qkv_own(struct tern_model_core *m, struct tern_fwd *f,
     bool fused = ly->qkv_proj.weight.buf != NULL;
     if (fused && ops->matmul_rope_store && ops->qk_rope_store && !p->qk_norm && !p->v_norm)
         /* the projection, rope and the cache stores in one op */
-        return ops->matmul_rope_store(be, &h, &ly->qkv_proj, &qkv, rope_of(m, p), a, &f->batch,
-                                      kvl);
+        return ops->matmul_rope_store(be, &h, &ly->qkv_proj, &qkv, rope_of(m, p), a, bd, kvl);
     if (fused) {
         TERN_TRY(ops->matmul(be, &h, &ly->qkv_proj, &qkv, 0));
     } else {
@@ -75,7 +84,7 @@ static enum tern_status qkv_own(struct tern_model_core *m, struct tern_fwd *f,
     const struct tern_dtensor *qw = p->qk_norm ? &ly->q_norm : NULL;
     const struct tern_dtensor *kw = p->qk_norm ? &ly->k_norm : NULL;
     if (ops->qk_rope_store) /* head norms, rope and the KV store in one op */
-        return ops->qk_rope_store(be, &qkv, qw, kw, eps, rope_of(m, p), a, &f->batch, kvl);
+        return ops->qk_rope_store(be, &qkv, qw, kw, eps, rope_of(m, p), a, bd, kvl);
     if (p->qk_norm) {
         TERN_TRY(ops->head_rmsnorm(be, &qkv, 0, a->n_heads, a->head_dim, qw, eps));
         TERN_TRY(ops->head_rmsnorm(be, &qkv, qd, a->n_kv_heads, a->head_dim, kw, eps));
@@ -83,7 +92,7 @@ static enum tern_status qkv_own(struct tern_model_core *m, struct tern_fwd *f,
     /* the k heads follow the q heads: one rope over both */
     TERN_TRY(ops->rope(be, &qkv, 0, a->n_heads + a->n_kv_heads, &f->batch.positions,
                        rope_of(m, p)));
-    return ops->kv_store(be, &qkv, qd, qd + kvd, &f->batch, kvl);
+    return ops->kv_store(be, &qkv, qd, qd + kvd, bd, kvl);
 }
 
 /* q of a layer that reads another layer's K/V: projected, normed, roped. */
@@ -114,9 +123,9 @@ static enum tern_status attention_block(struct tern_model_core *m, struct tern_f
     struct tern_kv_layer *kvl = &kv->layers[p->kv_source];
     struct tern_dtensor qkv = rows_of(&f->qkv, T), attn = rows_of(&f->attn, T);
     struct tern_dtensor proj = rows_of(&f->proj, T);
-    if (p->kv_source == l) TERN_TRY(qkv_own(m, f, ly, p, kvl, T));
+    if (p->kv_source == l) TERN_TRY(qkv_own(m, f, ly, p, kvl, batch_of(m, f, l), T));
     else TERN_TRY(q_only(m, f, ly, p, T));
-    TERN_TRY(ops->attention(be, &qkv, kvl, &f->batch, &p->attn, &attn));
+    TERN_TRY(ops->attention(be, &qkv, kvl, batch_of(m, f, l), &p->attn, &attn));
     TERN_TRY(ops->matmul(be, &attn, &ly->o_proj, &proj, 0));
     if (p->attn_post_norm)
         TERN_TRY(ops->rmsnorm(be, &proj, &ly->attn_post_norm, m->hp.rms_norm_eps, &proj));

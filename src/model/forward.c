@@ -32,20 +32,22 @@ static enum tern_status alloc2(struct tern_backend *be, enum tern_dtype dt, int6
 /* Batch arrays live in one I32 buffer (and its host mirror) at fixed
  * offsets, in this order; block tables last so that one copy of the used
  * prefix uploads them all:
- *   | ids | pos | slots  (max_tokens each) | qstart | seqlen | logits | block tables ... |
- * Block table rows are repacked at the stride the batch's longest sequence
- * needs (tern_fwd_seq_bucket for decode batches), not the caller's. */
+ *   | ids | pos | slots (G of them) | qstart | seqlen | logits | block tables (G) ... |
+ * (G KV groups; ids, pos and each group's slots max_tokens long). Block
+ * table rows are repacked at the stride the batch's longest sequence needs
+ * (tern_fwd_seq_bucket for decode batches), not the caller's, each group's
+ * table right after the one before. */
 enum { META_IDS, META_POS, META_SLOTS, META_QSTART, META_SEQLEN, META_LOGITS, META_BTABLE, META_N };
 
 static void meta_sizes(const struct tern_fwd *f, int64_t *n)
 {
     n[META_IDS] = f->max_tokens;
     n[META_POS] = f->max_tokens;
-    n[META_SLOTS] = f->max_tokens;
+    n[META_SLOTS] = (int64_t)f->n_groups * f->max_tokens;
     n[META_QSTART] = f->max_seqs + 1;
     n[META_SEQLEN] = f->max_seqs;
     n[META_LOGITS] = f->max_logits;
-    n[META_BTABLE] = (int64_t)f->max_seqs * f->max_blocks_per_seq;
+    n[META_BTABLE] = (int64_t)f->n_groups * f->max_seqs * f->max_blocks_per_seq;
 }
 
 static int64_t meta_offset(const struct tern_fwd *f, int which)
@@ -84,6 +86,7 @@ enum tern_status tern_fwd_init(struct tern_model_core *m, int32_t max_tokens, in
     f->max_seqs = max_seqs;
     f->max_blocks_per_seq = max_blocks_per_seq;
     f->max_logits = max_logits;
+    f->n_groups = m->n_kv_groups > 0 ? m->n_kv_groups : 1;
     f->batch.block_size = block_size;
     int64_t E = hp->hidden_size, QKV, QD, F;
     int64_t LP = (int64_t)hp->per_layer_dim * hp->num_hidden_layers;
@@ -135,37 +138,38 @@ void tern_fwd_deinit(struct tern_model_core *m, struct tern_fwd *f)
     f->meta_host = NULL;
 }
 
-size_t tern_kv_block_bytes(const struct tern_model_core *m, int32_t block_size)
+size_t tern_kv_block_bytes(const struct tern_model_core *m, int32_t group, int32_t block_size)
 {
     size_t n = 0;
     for (int32_t l = 0; l < m->hp.num_hidden_layers; l++) {
         const struct tern_layer_plan *p = &m->plans[l];
-        if (p->kv_source == l)
+        if (p->kv_source == l && m->layer_group[l] == group)
             n += (size_t)2 * (size_t)block_size * (size_t)p->attn.n_kv_heads *
                  (size_t)p->attn.head_dim * tern_dtype_size(m->be->kv_dtype);
     }
     return n;
 }
 
-enum tern_status tern_kv_cache_init(struct tern_model_core *m, int32_t n_blocks,
+enum tern_status tern_kv_cache_init(struct tern_model_core *m, const int32_t *n_blocks,
                                     int32_t block_size, struct tern_kv_cache *kv)
 {
     memset(kv, 0, sizeof *kv);
     const struct tern_hparams *hp = &m->hp;
-    kv->n_blocks = n_blocks;
+    memcpy(kv->n_blocks, n_blocks, sizeof(int32_t) * (size_t)m->n_kv_groups);
     kv->block_size = block_size;
     kv->layers = tern_calloc((size_t)hp->num_hidden_layers, sizeof *kv->layers);
     if (!kv->layers) return TERN_E_NO_MEMORY;
     for (int32_t l = 0; l < hp->num_hidden_layers; l++) {
         const struct tern_layer_plan *p = &m->plans[l];
         if (p->kv_source != l) continue; /* reads its source layer's */
-        int64_t shape[4] = {n_blocks, block_size, p->attn.n_kv_heads, p->attn.head_dim};
+        int32_t nb = n_blocks[m->layer_group[l]];
+        int64_t shape[4] = {nb, block_size, p->attn.n_kv_heads, p->attn.head_dim};
         enum tern_status st = tern_dtensor_alloc(m->be, m->be->kv_dtype, 4, shape, &kv->layers[l].k);
         if (st == TERN_OK)
             st = tern_dtensor_alloc(m->be, m->be->kv_dtype, 4, shape, &kv->layers[l].v);
         if (st != TERN_OK) {
             tern_kv_cache_deinit(m, kv);
-            return tern_error_prefix(st, "KV cache of %d blocks", n_blocks);
+            return tern_error_prefix(st, "KV cache of %d blocks", nb);
         }
     }
     return TERN_OK;
@@ -195,6 +199,10 @@ static enum tern_status check_batch(struct tern_fwd *f, const struct tern_batch 
                           f->max_logits);
     if (b->query_start[0] != 0 || b->query_start[b->n_seqs] != b->n_tokens)
         return tern_error(TERN_E_INVALID_ARG, "batch query_start does not cover the tokens");
+    int32_t bg = b->n_kv_groups > 1 ? b->n_kv_groups : 1;
+    if (bg != f->n_groups)
+        return tern_error(TERN_E_INVALID_ARG, "batch has block tables for %d KV group(s), the "
+                          "model keeps %d", bg, f->n_groups);
     struct tern_batch_dev *d = &f->batch;
     d->max_q_len = 0;
     d->max_seq_len = 0;
@@ -243,21 +251,37 @@ static enum tern_status upload_batch(struct tern_model_core *m, struct tern_fwd 
             memcpy(h + meta_offset(f, arrays[i].which), arrays[i].src, (size_t)arrays[i].n * 4);
         *views[i] = meta_view(f, arrays[i].which, arrays[i].n);
     }
-    int32_t *bt = h + meta_offset(f, META_BTABLE);
-    int32_t keep = stride < b->max_blocks_per_seq ? stride : b->max_blocks_per_seq;
-    for (int32_t s = 0; s < b->n_seqs; s++) {
-        int32_t *row = bt + (size_t)s * stride;
-        memcpy(row, b->block_tables + (size_t)s * b->max_blocks_per_seq, (size_t)keep * 4);
-        memset(row + keep, 0, (size_t)(stride - keep) * 4);
-    }
     int64_t n_bt = (int64_t)b->n_seqs * stride;
-    d->block_tables = meta_view(f, META_BTABLE, n_bt);
-    f->host_view = *b;
-    f->host_view.max_blocks_per_seq = stride;
-    f->host_view.block_tables = bt;
-    d->host = &f->host_view;
+    for (int32_t g = 0; g < f->n_groups; g++) {
+        const int32_t *src_bt = g ? b->group_block_tables[g] : b->block_tables;
+        const int32_t *src_sl = g ? b->group_slot_mapping[g] : b->slot_mapping;
+        int32_t *sl = h + meta_offset(f, META_SLOTS) + (size_t)g * f->max_tokens;
+        int32_t *bt = h + meta_offset(f, META_BTABLE) + (size_t)g * n_bt;
+        if (g) memcpy(sl, src_sl, (size_t)b->n_tokens * 4);
+        int32_t keep = stride < b->max_blocks_per_seq ? stride : b->max_blocks_per_seq;
+        for (int32_t s = 0; s < b->n_seqs; s++) {
+            int32_t *row = bt + (size_t)s * stride;
+            memcpy(row, src_bt + (size_t)s * b->max_blocks_per_seq, (size_t)keep * 4);
+            memset(row + keep, 0, (size_t)(stride - keep) * 4);
+        }
+        struct tern_batch *hv = g ? &f->group_host[g] : &f->host_view;
+        struct tern_batch_dev *gd = g ? &f->group_batch[g] : d;
+        *hv = *b;
+        hv->max_blocks_per_seq = stride;
+        hv->block_tables = bt;
+        hv->slot_mapping = sl;
+        if (g) {
+            *gd = *d;
+            gd->slot_mapping = meta_view(f, META_SLOTS, b->n_tokens);
+            gd->slot_mapping.offset += (size_t)g * f->max_tokens * 4;
+        }
+        gd->block_tables = meta_view(f, META_BTABLE, n_bt);
+        gd->block_tables.offset += (size_t)g * n_bt * 4;
+        gd->host = hv;
+    }
     int64_t from = keep_ids ? meta_offset(f, META_POS) : 0;
-    struct tern_dtensor all = meta_view(f, 0, meta_offset(f, META_BTABLE) + n_bt - from);
+    struct tern_dtensor all =
+        meta_view(f, 0, meta_offset(f, META_BTABLE) + f->n_groups * n_bt - from);
     all.offset += (size_t)from * 4;
     return m->be->ops->upload(m->be, &all, h + from, tern_dtensor_bytes(&all));
 }

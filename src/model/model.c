@@ -76,6 +76,34 @@ static enum tern_status ropes_init(const struct tern_json_doc *cfg, struct tern_
     return TERN_OK;
 }
 
+/* KV groups: the owning layers by window, full attention first. */
+static enum tern_status kv_groups(struct tern_model_core *m)
+{
+    int32_t L = m->hp.num_hidden_layers, *w = m->kv_group_window, n = 0;
+    m->layer_group = tern_calloc((size_t)L, 1);
+    if (!m->layer_group) return TERN_E_NO_MEMORY;
+    for (int pass = 0; pass < 2; pass++) /* full first, then windows in layer order */
+        for (int32_t l = 0; l < L; l++) {
+            int32_t win = m->plans[l].attn.sliding_window;
+            if (m->plans[l].kv_source != l || (pass == 0) != (win == 0)) continue;
+            int32_t g = 0;
+            while (g < n && w[g] != win) g++;
+            if (g == n) {
+                if (n == TERN_MAX_KV_GROUPS)
+                    return tern_error(TERN_E_UNSUPPORTED, "more than %d distinct attention "
+                                      "windows", TERN_MAX_KV_GROUPS);
+                w[n++] = win;
+            }
+        }
+    m->n_kv_groups = n;
+    for (int32_t l = 0; l < L; l++) {
+        int32_t win = m->plans[m->plans[l].kv_source].attn.sliding_window, g = 0;
+        while (w[g] != win) g++;
+        m->layer_group[l] = (int8_t)g;
+    }
+    return TERN_OK;
+}
+
 bool tern_model_is_plain(const struct tern_model_core *m)
 {
     const struct tern_hparams *hp = &m->hp;
@@ -177,7 +205,7 @@ static enum tern_status plan_model(const struct tern_json_doc *top, struct tern_
         fam->plan_layer(&m->hp, m->family_hp, m->arch->variant, l, &m->plans[l]);
         TERN_TRY(check_plan(&cfg, m, l));
     }
-    return TERN_OK;
+    return kv_groups(m);
 }
 
 enum tern_status tern_model_core_load(struct tern_snapshot *snap, const struct tern_json_doc *cfg,
@@ -210,6 +238,7 @@ void tern_model_core_free(struct tern_model_core *m)
         tern_backend_destroy(m->be);
     }
     tern_free(m->plans);
+    tern_free(m->layer_group);
     tern_free(m->family_hp);
     memset(m, 0, sizeof *m);
 }

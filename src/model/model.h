@@ -193,6 +193,13 @@ struct tern_model_core {
     struct tern_backend *be;       /* owned */
     struct tern_weights w;
     struct tern_rope ropes[TERN_MAX_ROPES]; /* inv_freq buffers owned here */
+    /* KV groups (model.c): the layers that own K/V, grouped by window (full
+     * attention first, then each sliding window): each group is one pool of
+     * blocks with its own block tables (kv/kv.h, sched/sched.h), so a
+     * sliding layer holds only the blocks its window reaches. */
+    int32_t n_kv_groups;
+    int32_t kv_group_window[TERN_MAX_KV_GROUPS]; /* 0: full attention */
+    int8_t *layer_group;                         /* [num_hidden_layers] (a sharer: its source's) */
     /* The backend's one-op decode step for a single sequence (step_prepare),
      * or NULL: the forward then runs op by op. */
     struct tern_step_plan *step;
@@ -231,6 +238,7 @@ struct tern_fwd_graph {
  * as wide as the widest layer needs. */
 struct tern_fwd {
     int32_t max_tokens, max_seqs, max_blocks_per_seq, max_logits;
+    int32_t n_groups; /* the model's KV groups */
     struct tern_dtensor residual; /* [max_tokens, hidden] F32 */
     struct tern_dtensor h;        /* [max_tokens, hidden] normed input of a block */
     struct tern_dtensor qkv;      /* [max_tokens, max (QD + 2 KD)] */
@@ -246,7 +254,10 @@ struct tern_fwd {
     struct tern_dtensor meta;     /* I32 batch arrays at fixed offsets (forward.c, META_*) */
     int32_t *meta_host;           /* the same layout on the host, uploaded in one copy */
     struct tern_batch host_view;  /* the batch as ops see it (block tables repacked) */
-    struct tern_batch_dev batch;
+    struct tern_batch_dev batch;  /* KV group 0's view (and the tokens, positions, ...) */
+    /* groups >= 1: the same batch with the group's block tables and slots */
+    struct tern_batch group_host[TERN_MAX_KV_GROUPS];
+    struct tern_batch_dev group_batch[TERN_MAX_KV_GROUPS];
     /* Decode graphs (backends with graph_begin): one per launch shape. */
     bool use_graphs;              /* false: decode batches run op by op (same results) */
     int32_t n_graphs;
@@ -267,17 +278,17 @@ enum tern_status tern_fwd_init(struct tern_model_core *m, int32_t max_tokens, in
 void tern_fwd_deinit(struct tern_model_core *m, struct tern_fwd *f);
 
 /* The KV cache of a model: a K and a V tensor per layer that owns its K/V
- * (a layer that shares reads its source's), over a pool of n_blocks blocks
- * of block_size tokens; each layer's tensors have its own kv heads and
- * head_dim. */
+ * (a layer that shares reads its source's), over its group's pool of
+ * n_blocks[group] blocks of block_size tokens; each layer's tensors have
+ * its own kv heads and head_dim. */
 struct tern_kv_cache {
-    int32_t n_blocks, block_size;
+    int32_t n_blocks[TERN_MAX_KV_GROUPS], block_size;
     struct tern_kv_layer *layers; /* [num_hidden_layers]; shared layers: zeroed */
 };
 
-/* Bytes one block takes over all layers (K and V). */
-size_t tern_kv_block_bytes(const struct tern_model_core *m, int32_t block_size);
-enum tern_status tern_kv_cache_init(struct tern_model_core *m, int32_t n_blocks,
+/* Bytes one block of KV group g takes over its layers (K and V). */
+size_t tern_kv_block_bytes(const struct tern_model_core *m, int32_t group, int32_t block_size);
+enum tern_status tern_kv_cache_init(struct tern_model_core *m, const int32_t *n_blocks,
                                     int32_t block_size, struct tern_kv_cache *kv);
 void tern_kv_cache_deinit(struct tern_model_core *m, struct tern_kv_cache *kv);
 

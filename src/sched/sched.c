@@ -52,12 +52,13 @@ struct req {
 
 struct tern_sched {
     struct tern_sched_params p;
-    struct tern_kv *kv;
+    int32_t n_groups;                      /* KV groups, >= 1 */
+    struct tern_kv *kv[TERN_MAX_KV_GROUPS]; /* a pool per group */
     int32_t max_blocks_per_seq;
 
-    /* slots */
-    int32_t *table_store;       /* [max_seqs, max_blocks_per_seq] */
-    struct tern_kv_seq *tables; /* [max_seqs] */
+    /* slots: each has a block table in every group */
+    int32_t *table_store[TERN_MAX_KV_GROUPS];       /* [max_seqs, max_blocks_per_seq] */
+    struct tern_kv_seq *tables[TERN_MAX_KV_GROUPS]; /* [max_seqs] */
     struct seq **slot_seq;      /* [max_seqs] */
     int32_t *free_slots;        /* [max_seqs] stack */
     int32_t n_free_slots;
@@ -88,14 +89,32 @@ struct tern_sched {
 
 static enum tern_status check_params(const struct tern_sched_params *p)
 {
+    bool grouped = p->n_groups > 1;
     if (p->max_seqs <= 0 || p->max_batch_tokens <= 0 || p->max_context <= 0 ||
-        p->n_blocks <= 0 || p->block_size <= 0)
+        (!grouped && p->n_blocks <= 0) || p->block_size <= 0 || p->n_groups < 0 ||
+        p->n_groups > TERN_MAX_KV_GROUPS)
         return tern_error(TERN_E_INVALID_ARG,
                           "sched: max_seqs (%d), max_batch_tokens (%d), max_context (%d), "
-                          "n_blocks (%d) and block_size (%d) must all be > 0",
-                          p->max_seqs, p->max_batch_tokens, p->max_context, p->n_blocks,
-                          p->block_size);
+                          "n_blocks (%d) and block_size (%d) must all be > 0, n_groups (%d) at "
+                          "most %d", p->max_seqs, p->max_batch_tokens, p->max_context,
+                          p->n_blocks, p->block_size, p->n_groups, TERN_MAX_KV_GROUPS);
+    for (int32_t g = 0; grouped && g < p->n_groups; g++)
+        if (p->group_blocks[g] <= 0 || p->group_window[g] < 0)
+            return tern_error(TERN_E_INVALID_ARG, "sched: KV group %d has %d blocks, window %d",
+                              g, p->group_blocks[g], p->group_window[g]);
     return TERN_OK;
+}
+
+/* The blocks a request of `total` tokens can hold at once in group g: all
+ * of them in a full pool; in a windowed one its window, the largest chunk
+ * and a partial block at either end. */
+static int32_t group_need(const struct tern_sched *s, int32_t g, int32_t total)
+{
+    int32_t n = tern_kv_blocks_for(s->kv[g], total);
+    int32_t w = tern_kv_window(s->kv[g]);
+    if (!w) return n;
+    int32_t bound = tern_kv_blocks_for(s->kv[g], w + s->p.max_batch_tokens) + 2;
+    return n < bound ? n : bound;
 }
 
 enum tern_status tern_sched_create(const struct tern_sched_params *params, struct tern_sched **out)
@@ -105,17 +124,27 @@ enum tern_status tern_sched_create(const struct tern_sched_params *params, struc
     struct tern_sched *s = tern_calloc(1, sizeof *s);
     if (!s) return TERN_E_NO_MEMORY;
     s->p = *params;
-    struct tern_kv_params kp = {params->n_blocks, params->block_size,
-                                params->enable_prefix_cache};
-    enum tern_status st = tern_kv_create(&kp, &s->kv);
+    s->n_groups = params->n_groups > 1 ? params->n_groups : 1;
+    enum tern_status st = TERN_OK;
+    for (int32_t g = 0; g < s->n_groups && st == TERN_OK; g++) {
+        struct tern_kv_params kp = {params->n_groups > 1 ? params->group_blocks[g]
+                                                         : params->n_blocks,
+                                    params->block_size, params->enable_prefix_cache,
+                                    params->n_groups > 1 ? params->group_window[g] : 0};
+        st = tern_kv_create(&kp, &s->kv[g]);
+    }
     if (st != TERN_OK) goto fail;
     st = TERN_E_NO_MEMORY;
     int32_t ms = params->max_seqs;
-    s->max_blocks_per_seq = tern_kv_blocks_for(s->kv, params->max_context);
-    s->cap_copies = 2 * ms;
+    s->max_blocks_per_seq = tern_kv_blocks_for(s->kv[0], params->max_context);
+    s->cap_copies = 2 * ms * s->n_groups;
     s->cap_finished = 2 * ms;
-    s->table_store = tern_calloc((size_t)ms * (size_t)s->max_blocks_per_seq, sizeof(int32_t));
-    s->tables = tern_calloc(ms, sizeof *s->tables);
+    bool tables_ok = true;
+    for (int32_t g = 0; g < s->n_groups; g++) {
+        s->table_store[g] = tern_calloc((size_t)ms * (size_t)s->max_blocks_per_seq, sizeof(int32_t));
+        s->tables[g] = tern_calloc(ms, sizeof *s->tables[g]);
+        tables_ok = tables_ok && s->table_store[g] && s->tables[g];
+    }
     s->slot_seq = tern_calloc(ms, sizeof *s->slot_seq);
     s->free_slots = tern_calloc(ms, sizeof(int32_t));
     s->running = tern_calloc(ms, sizeof *s->running);
@@ -128,13 +157,15 @@ enum tern_status tern_sched_create(const struct tern_sched_params *params, struc
     s->out.samples = tern_calloc(ms, sizeof *s->out.samples);
     s->out.preempted = tern_calloc(ms, sizeof *s->out.preempted);
     s->out.finished = tern_calloc(s->cap_finished, sizeof *s->out.finished);
-    if (!s->table_store || !s->tables || !s->slot_seq || !s->free_slots || !s->running ||
+    if (!tables_ok || !s->slot_seq || !s->free_slots || !s->running ||
         !s->ent_seq || !s->copy_owner || !s->sample_seq || !s->sample_ent || !s->out.entries ||
         !s->out.copies || !s->out.samples || !s->out.preempted || !s->out.finished)
         goto fail;
     for (int32_t i = 0; i < ms; i++) {
-        tern_kv_seq_init(&s->tables[i], s->table_store + (size_t)i * s->max_blocks_per_seq,
-                         s->max_blocks_per_seq);
+        for (int32_t g = 0; g < s->n_groups; g++)
+            tern_kv_seq_init(&s->tables[g][i],
+                             s->table_store[g] + (size_t)i * s->max_blocks_per_seq,
+                             s->max_blocks_per_seq);
         s->free_slots[i] = ms - 1 - i; /* slot 0 is popped first */
     }
     s->n_free_slots = ms;
@@ -171,9 +202,11 @@ void tern_sched_destroy(struct tern_sched *s)
             req_list_free(r);
         }
     }
-    tern_kv_destroy(s->kv);
-    tern_free(s->table_store);
-    tern_free(s->tables);
+    for (int32_t g = 0; g < TERN_MAX_KV_GROUPS; g++) {
+        tern_kv_destroy(s->kv[g]);
+        tern_free(s->table_store[g]);
+        tern_free(s->tables[g]);
+    }
     tern_free(s->slot_seq);
     tern_free(s->free_slots);
     tern_free(s->running);
@@ -246,7 +279,7 @@ static int32_t slot_take(struct tern_sched *s, struct seq *q)
 
 static void slot_release(struct tern_sched *s, struct seq *q)
 {
-    tern_kv_seq_free(s->kv, &s->tables[q->slot]);
+    for (int32_t g = 0; g < s->n_groups; g++) tern_kv_seq_free(s->kv[g], &s->tables[g][q->slot]);
     s->slot_seq[q->slot] = NULL;
     s->free_slots[s->n_free_slots++] = q->slot;
     q->slot = -1;
@@ -260,6 +293,30 @@ static int32_t slots_needed(const struct seq *q)
 
 /* ------------------------------------------------------------ submit, end */
 
+enum tern_status tern_sched_check_fits(const struct tern_sched *s, int32_t n_prompt,
+                                       int32_t max_tokens, int32_t n)
+{
+    int64_t total = (int64_t)n_prompt + max_tokens;
+    if (total > s->p.max_context)
+        return tern_error(TERN_E_CAPACITY,
+                          "prompt (%d tokens) + max_tokens (%d) = %lld exceeds the context "
+                          "length %d",
+                          n_prompt, max_tokens, (long long)total, s->p.max_context);
+    for (int32_t g = 0; g < s->n_groups; g++) {
+        int32_t blocks = group_need(s, g, (int32_t)total), have = tern_kv_n_blocks(s->kv[g]);
+        if (blocks > have)
+            return tern_error(TERN_E_CAPACITY,
+                              "prompt (%d tokens) + max_tokens (%d) needs %d KV blocks of %d "
+                              "tokens%s, the whole pool has %d",
+                              n_prompt, max_tokens, blocks, s->p.block_size,
+                              s->n_groups > 1 ? " in a KV group" : "", have);
+    }
+    if (n > s->p.max_seqs)
+        return tern_error(TERN_E_CAPACITY, "n = %d completions exceeds max_seqs %d", n,
+                          s->p.max_seqs);
+    return TERN_OK;
+}
+
 static enum tern_status check_request(const struct tern_sched *s, const struct tern_sched_request *r)
 {
     if (!r->prompt || r->n_prompt < 1 || r->max_tokens < 1 || r->n < 1 || r->n_stop < 0 ||
@@ -268,22 +325,8 @@ static enum tern_status check_request(const struct tern_sched *s, const struct t
                           "sched: request needs a prompt of >= 1 token (got %d), max_tokens >= 1 "
                           "(got %d), n >= 1 (got %d) and a stop id list of %d ids",
                           r->n_prompt, r->max_tokens, r->n, r->n_stop);
-    int64_t total = (int64_t)r->n_prompt + r->max_tokens;
-    if (total > s->p.max_context)
-        return tern_error(TERN_E_CAPACITY,
-                          "sched: prompt (%d tokens) + max_tokens (%d) = %lld exceeds the context "
-                          "length %d",
-                          r->n_prompt, r->max_tokens, (long long)total, s->p.max_context);
-    int32_t blocks = tern_kv_blocks_for(s->kv, (int32_t)total);
-    if (blocks > s->p.n_blocks)
-        return tern_error(TERN_E_CAPACITY,
-                          "sched: prompt (%d tokens) + max_tokens (%d) needs %d KV blocks of %d "
-                          "tokens, the whole pool has %d",
-                          r->n_prompt, r->max_tokens, blocks, s->p.block_size, s->p.n_blocks);
-    if (r->n > s->p.max_seqs)
-        return tern_error(TERN_E_CAPACITY, "sched: n = %d completions exceeds max_seqs %d", r->n,
-                          s->p.max_seqs);
-    return TERN_OK;
+    enum tern_status st = tern_sched_check_fits(s, r->n_prompt, r->max_tokens, r->n);
+    return st == TERN_OK ? st : tern_error_prefix(st, "sched");
 }
 
 enum tern_status tern_sched_submit(struct tern_sched *s, const struct tern_sched_request *rq,
@@ -448,7 +491,7 @@ static void preempt(struct tern_sched *s, struct seq *q)
 static void entry_add(struct tern_sched *s, struct seq *q, int32_t n_new, int32_t n_cached)
 {
     struct tern_sched_out *o = &s->out;
-    const struct tern_kv_seq *t = &s->tables[q->slot];
+    const struct tern_kv_seq *t = &s->tables[0][q->slot];
     int32_t i = o->n_entries++;
     o->entries[i] = (struct tern_sched_entry){q->req->id, q->idx,      q->slot,
                                               t->n_computed, n_new,    n_cached,
@@ -458,18 +501,35 @@ static void entry_add(struct tern_sched *s, struct seq *q, int32_t n_new, int32_
     s->budget -= n_new;
 }
 
+/* Reserves blocks for n_new tokens of sequence q in every group, or in
+ * none when one group lacks them (false). Copies it asks for are q's. */
+static bool reserve_all(struct tern_sched *s, struct seq *q, int32_t n_new)
+{
+    struct tern_sched_out *o = &s->out;
+    for (int32_t g = 0; g < s->n_groups; g++)
+        if (tern_kv_seq_blocks_needed(s->kv[g], &s->tables[g][q->slot], n_new) >
+            tern_kv_n_free(s->kv[g]))
+            return false;
+    for (int32_t g = 0; g < s->n_groups; g++) {
+        int32_t n0 = o->n_copies;
+        TERN_ASSERT(n0 + 2 <= s->cap_copies);
+        bool ok = tern_kv_seq_reserve(s->kv[g], &s->tables[g][q->slot], n_new, o->copies,
+                                      &o->n_copies);
+        TERN_ASSERT(ok);
+        for (int32_t i = n0; i < o->n_copies; i++) {
+            s->copy_owner[i] = q;
+            o->copies[i].group = g;
+        }
+    }
+    return true;
+}
+
 /* Reserves blocks for n_new tokens of running sequence q, preempting the
  * newest running sequences until it fits. False when q itself was preempted. */
 static bool reserve_or_preempt(struct tern_sched *s, struct seq *q, int32_t n_new)
 {
-    struct tern_sched_out *o = &s->out;
     for (;;) {
-        int32_t n0 = o->n_copies;
-        TERN_ASSERT(n0 + 2 <= s->cap_copies);
-        if (tern_kv_seq_reserve(s->kv, &s->tables[q->slot], n_new, o->copies, &o->n_copies)) {
-            for (int32_t i = n0; i < o->n_copies; i++) s->copy_owner[i] = q;
-            return true;
-        }
+        if (reserve_all(s, q, n_new)) return true;
         struct seq *victim = s->running[s->n_running - 1];
         preempt(s, victim);
         if (victim == q) return false;
@@ -483,13 +543,35 @@ static void schedule_running(struct tern_sched *s)
         for (int32_t i = 0; i < s->n_running && s->budget > 0; i++) {
             struct seq *q = s->running[i];
             if (q->sched_step == s->step) continue;
-            int32_t remaining = q->n_tokens - s->tables[q->slot].n_computed;
+            int32_t remaining = q->n_tokens - s->tables[0][q->slot].n_computed;
             TERN_ASSERT(remaining >= 1);
             if ((remaining == 1) != (pass == 0)) continue;
             int32_t n_new = remaining < s->budget ? remaining : s->budget;
             if (reserve_or_preempt(s, q, n_new)) entry_add(s, q, n_new, 0);
             else i--; /* q left the list; nothing after it moved (it was last) */
         }
+    }
+}
+
+/* The longest cached prefix every group of slot's tables can serve (whole
+ * blocks, short of q's last token), taken into all of them. */
+static int32_t match_prefix(struct tern_sched *s, int32_t slot, struct seq *q)
+{
+    int32_t n = q->n_tokens - 1;
+    for (;;) {
+        int32_t best = n;
+        for (int32_t g = 0; g < s->n_groups; g++) {
+            int32_t got = tern_kv_seq_match_prefix(s->kv[g], &s->tables[g][slot], q->tokens, n);
+            if (got < best) best = got;
+        }
+        bool same = true;
+        for (int32_t g = 0; g < s->n_groups; g++)
+            same = same && s->tables[g][slot].n_computed == best;
+        if (same) return best;
+        /* a group served less: all try again up to that much (each round
+         * lowers the bound, and 0 always agrees) */
+        for (int32_t g = 0; g < s->n_groups; g++) tern_kv_seq_free(s->kv[g], &s->tables[g][slot]);
+        n = best;
     }
 }
 
@@ -501,17 +583,13 @@ static void schedule_waiting(struct tern_sched *s)
         int32_t need = slots_needed(q);
         if (s->n_free_slots - s->n_reserved < need) break;
         int32_t slot = slot_take(s, q);
-        struct tern_kv_seq *t = &s->tables[slot];
-        int32_t n_cached = tern_kv_seq_match_prefix(s->kv, t, q->tokens, q->n_tokens - 1);
+        int32_t n_cached = match_prefix(s, slot, q);
         int32_t remaining = q->n_tokens - n_cached;
         int32_t n_new = remaining < s->budget ? remaining : s->budget;
-        struct tern_sched_out *o = &s->out;
-        int32_t n0 = o->n_copies;
-        if (!tern_kv_seq_reserve(s->kv, t, n_new, o->copies, &o->n_copies)) {
+        if (!reserve_all(s, q, n_new)) {
             slot_release(s, q); /* gives the matched blocks back too */
             break;
         }
-        for (int32_t i = n0; i < o->n_copies; i++) s->copy_owner[i] = q;
         wait_unlink(s, q);
         q->state = SEQ_RUNNING;
         s->n_reserved += need - 1;
@@ -569,38 +647,49 @@ void tern_sched_build_batch(const struct tern_sched *s, const struct tern_sched_
 {
     const struct tern_sched_out *o = &s->out;
     int32_t bs = s->p.block_size, mb = s->max_blocks_per_seq;
+    size_t tables_n = (size_t)s->p.max_seqs * (size_t)mb, slots_n = (size_t)s->p.max_batch_tokens;
     int32_t t = 0;
     for (int32_t e = 0; e < o->n_entries; e++) {
         const struct seq *q = s->ent_seq[e];
         TERN_ASSERT(q->state == SEQ_RUNNING);
-        const struct tern_kv_seq *tab = &s->tables[q->slot];
         const struct tern_sched_entry *en = &o->entries[e];
         st->query_start[e] = t;
         for (int32_t k = 0; k < en->n_new; k++, t++) {
             int32_t pos = en->start + k;
             st->token_ids[t] = q->tokens[pos];
             st->positions[t] = pos;
-            st->slot_mapping[t] = tern_kv_seq_slot(tab, bs, pos);
+            for (int32_t g = 0; g < s->n_groups; g++)
+                st->slot_mapping[g * slots_n + (size_t)t] =
+                    tern_kv_seq_slot(&s->tables[g][q->slot], bs, pos);
         }
         st->seq_lens[e] = en->start + en->n_new;
-        int32_t *row = st->block_tables + (size_t)e * mb;
-        memcpy(row, tab->blocks, sizeof(int32_t) * tab->n_blocks);
-        memset(row + tab->n_blocks, 0, sizeof(int32_t) * (mb - tab->n_blocks));
+        for (int32_t g = 0; g < s->n_groups; g++) {
+            const struct tern_kv_seq *tab = &s->tables[g][q->slot];
+            int32_t *row = st->block_tables + g * tables_n + (size_t)e * mb;
+            for (int32_t j = 0; j < tab->n_blocks; j++) row[j] = tab->blocks[j] < 0 ? 0 : tab->blocks[j];
+            memset(row + tab->n_blocks, 0, sizeof(int32_t) * (mb - tab->n_blocks));
+        }
     }
     st->query_start[o->n_entries] = t;
     for (int32_t r = 0; r < o->n_samples; r++)
         st->logits_idx[r] = st->query_start[s->sample_ent[r] + 1] - 1;
-    *b = (struct tern_batch){t,
-                             o->n_entries,
-                             mb,
-                             o->n_samples,
-                             st->token_ids,
-                             st->positions,
-                             st->query_start,
-                             st->seq_lens,
-                             st->block_tables,
-                             st->slot_mapping,
-                             st->logits_idx};
+    memset(b, 0, sizeof *b);
+    b->n_tokens = t;
+    b->n_seqs = o->n_entries;
+    b->max_blocks_per_seq = mb;
+    b->n_logits = o->n_samples;
+    b->token_ids = st->token_ids;
+    b->positions = st->positions;
+    b->query_start = st->query_start;
+    b->seq_lens = st->seq_lens;
+    b->block_tables = st->block_tables;
+    b->slot_mapping = st->slot_mapping;
+    b->logits_idx = st->logits_idx;
+    b->n_kv_groups = s->n_groups;
+    for (int32_t g = 1; g < s->n_groups; g++) {
+        b->group_block_tables[g] = st->block_tables + g * tables_n;
+        b->group_slot_mapping[g] = st->slot_mapping + g * slots_n;
+    }
 }
 
 /* ------------------------------------------------------------ commit */
@@ -616,7 +705,8 @@ static void fork_siblings(struct tern_sched *s, struct seq *p)
         struct seq *c = &r->seqs[i];
         if (c->state != SEQ_UNFORKED) continue;
         int32_t slot = slot_take(s, c);
-        tern_kv_seq_fork(s->kv, &s->tables[p->slot], &s->tables[slot]);
+        for (int32_t g = 0; g < s->n_groups; g++)
+            tern_kv_seq_fork(s->kv[g], &s->tables[g][p->slot], &s->tables[g][slot]);
         c->state = SEQ_RUNNING;
         c->n_cached = p->n_cached;
         c->admitted_before = true;
@@ -643,8 +733,9 @@ void tern_sched_commit(struct tern_sched *s, const int32_t *sampled)
     for (int32_t e = 0; e < o->n_entries; e++) {
         struct seq *q = s->ent_seq[e];
         if (q->state != SEQ_RUNNING) continue; /* ended during the step */
-        struct tern_kv_seq *t = &s->tables[q->slot];
-        tern_kv_seq_commit(s->kv, t, q->tokens, o->entries[e].n_new);
+        for (int32_t g = 0; g < s->n_groups; g++)
+            tern_kv_seq_commit(s->kv[g], &s->tables[g][q->slot], q->tokens, o->entries[e].n_new);
+        const struct tern_kv_seq *t = &s->tables[0][q->slot];
         if (q->idx == 0 && !q->req->forked && q->req->n > 1 && t->n_computed == q->n_tokens)
             fork_siblings(s, q);
     }
@@ -666,16 +757,30 @@ void tern_sched_commit(struct tern_sched *s, const int32_t *sampled)
 
 struct tern_sched_caps tern_sched_get_caps(const struct tern_sched *s)
 {
-    return (struct tern_sched_caps){s->p.max_batch_tokens, s->p.max_seqs, s->max_blocks_per_seq};
+    return (struct tern_sched_caps){s->p.max_batch_tokens, s->p.max_seqs, s->max_blocks_per_seq,
+                                    s->n_groups};
 }
 
-struct tern_kv *tern_sched_kv(struct tern_sched *s) { return s->kv; }
+struct tern_kv *tern_sched_kv(struct tern_sched *s) { return s->kv[0]; }
+
+struct tern_kv *tern_sched_kv_group(struct tern_sched *s, int32_t group)
+{
+    return group >= 0 && group < s->n_groups ? s->kv[group] : NULL;
+}
 int32_t tern_sched_n_waiting(const struct tern_sched *s) { return s->n_waiting; }
 int32_t tern_sched_n_running(const struct tern_sched *s) { return s->n_running; }
 int32_t tern_sched_n_requests(const struct tern_sched *s) { return s->n_live; }
 
+const struct tern_kv_seq *tern_sched_slot_table_group(const struct tern_sched *s, int32_t slot,
+                                                      int32_t group)
+{
+    if (slot < 0 || slot >= s->p.max_seqs || !s->slot_seq[slot] || group < 0 ||
+        group >= s->n_groups)
+        return NULL;
+    return &s->tables[group][slot];
+}
+
 const struct tern_kv_seq *tern_sched_slot_table(const struct tern_sched *s, int32_t slot)
 {
-    if (slot < 0 || slot >= s->p.max_seqs || !s->slot_seq[slot]) return NULL;
-    return &s->tables[slot];
+    return tern_sched_slot_table_group(s, slot, 0);
 }

@@ -13,7 +13,7 @@
  *   loop:
  *     out = tern_sched_schedule(s)              plan one step (no allocation)
  *     for out->finished[]: report and release the engine's per-request state
- *     for out->copies[]:   copy block src -> dst on the device (all layers, K and V)
+ *     for out->copies[]:   copy block src -> dst on the device (the group's layers, K and V)
  *     tern_sched_build_batch(s, &storage, &batch)  token ids, positions, block tables, ...
  *     forward(batch) -> logits [batch.n_logits, vocab]
  *     for out->samples[r]: sampled[r] = sample(logits row r, out->samples[r] context)
@@ -75,6 +75,16 @@ struct tern_sched_params {
     int32_t n_blocks;         /* KV blocks in the pool (from the engine's memory budget) */
     int32_t block_size;       /* tokens per KV block */
     bool enable_prefix_cache;
+    /* KV groups: layers whose K/V live differently (sliding windows) keep a
+     * pool of their own, and every sequence a block table in each. 0 or 1:
+     * one full pool of n_blocks. Otherwise group g has group_blocks[g]
+     * blocks (group 0 too: n_blocks is then ignored) and window
+     * group_window[g] (0: full attention; kv/kv.h windowed pools). A
+     * sequence runs only when every group has its blocks; its cached prefix
+     * is the longest every group can serve. */
+    int32_t n_groups;
+    int32_t group_blocks[TERN_MAX_KV_GROUPS];
+    int32_t group_window[TERN_MAX_KV_GROUPS];
 };
 
 /* What a request asks for. Arrays are copied at submit. */
@@ -157,9 +167,10 @@ struct tern_sched_out {
 
 /* Sizes of the caller's batch storage (tern_sched_build_batch). */
 struct tern_sched_caps {
-    int32_t max_tokens;         /* token_ids, positions, slot_mapping */
+    int32_t max_tokens;         /* token_ids, positions; slot_mapping n_groups times that */
     int32_t max_seqs;           /* seq_lens, logits_idx; query_start has max_seqs + 1 */
-    int32_t max_blocks_per_seq; /* block_tables has max_seqs * max_blocks_per_seq */
+    int32_t max_blocks_per_seq; /* block_tables has n_groups * max_seqs * max_blocks_per_seq */
+    int32_t n_groups;           /* KV groups (>= 1) */
 };
 
 /* Caller storage for one batch, sized by tern_sched_caps (host memory; the
@@ -184,6 +195,13 @@ void tern_sched_destroy(struct tern_sched *s);
 enum tern_status tern_sched_submit(struct tern_sched *s, const struct tern_sched_request *req,
                                    uint64_t *out_id);
 
+/* Whether a request of n_prompt + max_tokens tokens and n completions can
+ * ever run (the context, every KV group's pool, max_seqs): TERN_E_CAPACITY
+ * naming the numbers when not. Reads only what creation fixed, so any
+ * thread may ask while the step thread runs. */
+enum tern_status tern_sched_check_fits(const struct tern_sched *s, int32_t n_prompt,
+                                       int32_t max_tokens, int32_t n);
+
 /* Cancels a request in any phase: its sequences leave the queues and free
  * their blocks now, and show up in the next schedule's finished[] with
  * TERN_SCHED_FINISH_CANCELLED. Safe between schedule and commit (commit
@@ -201,7 +219,10 @@ struct tern_sched_out *tern_sched_schedule(struct tern_sched *s);
 /* Fills `batch` for the last schedule, writing into `st` (sized by
  * tern_sched_caps): sequence after sequence in entries[] order; logits_idx
  * row r is the last query token of samples[r]'s sequence. Unused block
- * table entries are 0. */
+ * table entries (and those a windowed group released) are 0. With KV
+ * groups, st's block_tables and slot_mapping hold every group's, one after
+ * the other ([n_groups][max_seqs * max_blocks_per_seq] and
+ * [n_groups][max_tokens]). */
 void tern_sched_build_batch(const struct tern_sched *s, const struct tern_sched_batch_storage *st,
                             struct tern_batch *batch);
 
@@ -215,11 +236,15 @@ void tern_sched_commit(struct tern_sched *s, const int32_t *sampled);
 /* ---- introspection (tests, metrics) ---- */
 
 struct tern_sched_caps tern_sched_get_caps(const struct tern_sched *s);
-struct tern_kv *tern_sched_kv(struct tern_sched *s);
+struct tern_kv *tern_sched_kv(struct tern_sched *s); /* group 0's pool */
+struct tern_kv *tern_sched_kv_group(struct tern_sched *s, int32_t group);
 int32_t tern_sched_n_waiting(const struct tern_sched *s);  /* sequences queued */
 int32_t tern_sched_n_running(const struct tern_sched *s);  /* sequences holding a slot */
 int32_t tern_sched_n_requests(const struct tern_sched *s); /* requests not yet ended */
-/* The block table of the sequence in running slot `slot`, or NULL. */
+/* The block table of the sequence in running slot `slot` (in KV group
+ * `group` for the _group form), or NULL. */
 const struct tern_kv_seq *tern_sched_slot_table(const struct tern_sched *s, int32_t slot);
+const struct tern_kv_seq *tern_sched_slot_table_group(const struct tern_sched *s, int32_t slot,
+                                                      int32_t group);
 
 #endif /* TERN_SCHED_H */

@@ -68,7 +68,7 @@ static struct tern_batch make_batch(struct rig *r, int S, int q, int p0, bool du
     }
     r->qstart[n] = t;
     return (struct tern_batch){t,      n,      r->nb,    n,      r->ids, r->pos,
-                               r->qstart, r->lens, r->bt, r->slots, r->lidx};
+                               r->qstart, r->lens, r->bt, r->slots, r->lidx, .n_kv_groups = 1};
 }
 
 static float *logits_of(struct rig *r, int n)
@@ -124,7 +124,7 @@ static bool check_core(struct tern_model *model, const char *name)
     memset(&r, 0, sizeof r);
     r.m = &model->core;
     r.nb = 4;
-    assert_int_equal(tern_kv_cache_init(r.m, 1 + MAX_S * r.nb, BS, &r.kv), TERN_OK);
+    assert_int_equal(tern_kv_cache_init(r.m, (int32_t[]){1 + MAX_S * r.nb}, BS, &r.kv), TERN_OK);
     assert_int_equal(tern_fwd_init(r.m, 256, MAX_S + 1, r.nb, 64, BS, &r.f), TERN_OK);
     if (!r.f.use_graphs) fail_msg("the CUDA backend has no graph hooks");
     bool ok = true;

@@ -14,7 +14,7 @@
 static struct tern_kv *make(int n_blocks, bool cache)
 {
     struct tern_kv *kv;
-    struct tern_kv_params p = {n_blocks, BS, cache};
+    struct tern_kv_params p = {n_blocks, BS, cache, 0};
     assert_int_equal(tern_kv_create(&p, &kv), TERN_OK);
     return kv;
 }
@@ -56,7 +56,7 @@ static void test_alloc_and_free(void **state)
     assert_true(tern_kv_check(kv));
     tern_kv_destroy(kv);
     struct tern_kv *bad;
-    struct tern_kv_params p = {0, BS, true};
+    struct tern_kv_params p = {0, BS, true, 0};
     assert_int_equal(tern_kv_create(&p, &bad), TERN_E_INVALID_ARG);
 }
 
@@ -181,6 +181,56 @@ static void test_fork_copy_on_write(void **state)
     tern_kv_destroy(kv);
 }
 
+/* A windowed pool (window 6, blocks of 4): commit releases the blocks no
+ * later query reads; a later sequence's hit is the longest prefix whose
+ * last blocks are all still cached, and stops where they were evicted. */
+static void test_windowed_pool(void **state)
+{
+    (void)state;
+    struct tern_kv *kv;
+    struct tern_kv_params p = {8, BS, true, 6};
+    assert_int_equal(tern_kv_create(&p, &kv), TERN_OK);
+    assert_int_equal(tern_kv_window(kv), 6);
+    int32_t toks[32], tab[8], tab2[8];
+    for (int i = 0; i < 32; i++) toks[i] = 100 + i;
+    struct tern_kv_seq a, b;
+    tern_kv_seq_init(&a, tab, 8);
+    tern_kv_seq_init(&b, tab2, 8);
+    prefill(kv, &a, toks, 20); /* 5 blocks; the next query at 20 reads 15..20 */
+    assert_int_equal(a.n_blocks, 5);
+    for (int j = 0; j < 3; j++) assert_int_equal(a.blocks[j], -1);
+    for (int j = 3; j < 5; j++) assert_true(a.blocks[j] >= 0);
+    assert_int_equal(tern_kv_n_free(kv), 6); /* 3 released, still keyed */
+    /* a hit at 16 needs blocks 2 and 3 (keys 11..15): both cached */
+    assert_int_equal(tern_kv_seq_match_prefix(kv, &b, toks, 19), 16);
+    assert_int_equal(b.blocks[0], -1);
+    assert_int_equal(b.blocks[1], -1);
+    assert_int_equal(b.blocks[2], 2);
+    assert_int_equal(b.blocks[3], a.blocks[3]);
+    assert_true(tern_kv_check(kv));
+    tern_kv_seq_free(kv, &b);
+    tern_kv_seq_free(kv, &a);
+    /* allocate until block 2 is evicted (blocks 0 and 1, freed before it,
+     * went first): no prefix is served any more */
+    struct tern_kv_seq c;
+    int32_t tab3[8];
+    tern_kv_seq_init(&c, tab3, 8);
+    struct tern_kv_copy cp[4];
+    int32_t n_cp = 0;
+    while (tern_kv_block_is_cached(kv, 2)) {
+        assert_true(tern_kv_seq_reserve(kv, &c, BS, cp, &n_cp));
+        c.n_computed += BS;
+    }
+    assert_false(tern_kv_block_is_cached(kv, 0));
+    tern_kv_seq_init(&b, tab2, 8);
+    assert_int_equal(tern_kv_seq_match_prefix(kv, &b, toks, 19), 0);
+    tern_kv_seq_free(kv, &b);
+    tern_kv_seq_free(kv, &c);
+    assert_int_equal(tern_kv_n_free(kv), 8);
+    assert_true(tern_kv_check(kv));
+    tern_kv_destroy(kv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -188,6 +238,7 @@ int main(void)
         cmocka_unit_test(test_prefix_hit_after_free),
         cmocka_unit_test(test_lru_eviction),
         cmocka_unit_test(test_fork_copy_on_write),
+        cmocka_unit_test(test_windowed_pool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -55,7 +55,8 @@ struct run {
     struct tern_sched *s;
     struct tern_sched_caps caps;
     struct tern_sched_batch_storage st;
-    int32_t *dev_tok, *dev_pos; /* [n_blocks * block_size] fake KV */
+    int32_t n_groups;
+    int32_t *dev_tok[TERN_MAX_KV_GROUPS], *dev_pos[TERN_MAX_KV_GROUPS]; /* fake KV per group */
     struct treq *reqs;
     int32_t n_reqs;
     uint64_t last_admitted;
@@ -70,15 +71,20 @@ static void run_init(struct run *R, struct tern_sched_params p, struct treq *req
     R->p = p;
     assert_int_equal(tern_sched_create(&p, &R->s), TERN_OK);
     R->caps = tern_sched_get_caps(R->s);
+    R->n_groups = R->caps.n_groups;
     R->st.token_ids = calloc(R->caps.max_tokens, 4);
     R->st.positions = calloc(R->caps.max_tokens, 4);
-    R->st.slot_mapping = calloc(R->caps.max_tokens, 4);
+    R->st.slot_mapping = calloc((size_t)R->n_groups * R->caps.max_tokens, 4);
     R->st.query_start = calloc(R->caps.max_seqs + 1, 4);
     R->st.seq_lens = calloc(R->caps.max_seqs, 4);
     R->st.logits_idx = calloc(R->caps.max_seqs, 4);
-    R->st.block_tables = calloc((size_t)R->caps.max_seqs * R->caps.max_blocks_per_seq, 4);
-    R->dev_tok = calloc((size_t)p.n_blocks * p.block_size, 4);
-    R->dev_pos = calloc((size_t)p.n_blocks * p.block_size, 4);
+    R->st.block_tables =
+        calloc((size_t)R->n_groups * R->caps.max_seqs * R->caps.max_blocks_per_seq, 4);
+    for (int32_t g = 0; g < R->n_groups; g++) {
+        int32_t nb = tern_kv_n_blocks(tern_sched_kv_group(R->s, g));
+        R->dev_tok[g] = calloc((size_t)nb * p.block_size, 4);
+        R->dev_pos[g] = calloc((size_t)nb * p.block_size, 4);
+    }
     R->reqs = reqs;
 }
 
@@ -92,8 +98,10 @@ static void run_deinit(struct run *R)
     free(R->st.seq_lens);
     free(R->st.logits_idx);
     free(R->st.block_tables);
-    free(R->dev_tok);
-    free(R->dev_pos);
+    for (int32_t g = 0; g < R->n_groups; g++) {
+        free(R->dev_tok[g]);
+        free(R->dev_pos[g]);
+    }
 }
 
 static struct treq *find_req(struct run *R, uint64_t id)
@@ -114,37 +122,58 @@ static void submit(struct run *R, struct treq *q)
     q->done_step = -1;
 }
 
-/* Reference counts recomputed from the block tables equal the pool's. */
+/* Reference counts recomputed from the block tables equal every pool's; a
+ * windowed pool's tables hold no more than its window and a chunk. */
 static void check_pool(struct run *R)
 {
-    struct tern_kv *kv = tern_sched_kv(R->s);
-    int32_t nb = tern_kv_n_blocks(kv);
-    int32_t *cnt = calloc(nb, 4);
-    for (int32_t slot = 0; slot < R->p.max_seqs; slot++) {
-        const struct tern_kv_seq *t = tern_sched_slot_table(R->s, slot);
-        if (!t) continue;
-        for (int32_t j = 0; j < t->n_blocks; j++) cnt[t->blocks[j]]++;
+    for (int32_t g = 0; g < R->n_groups; g++) {
+        struct tern_kv *kv = tern_sched_kv_group(R->s, g);
+        int32_t nb = tern_kv_n_blocks(kv), w = tern_kv_window(kv), bs = R->p.block_size;
+        int32_t *cnt = calloc(nb, 4);
+        for (int32_t slot = 0; slot < R->p.max_seqs; slot++) {
+            const struct tern_kv_seq *t = tern_sched_slot_table_group(R->s, slot, g);
+            if (!t) continue;
+            int32_t held = 0;
+            for (int32_t j = 0; j < t->n_blocks; j++) {
+                if (t->blocks[j] < 0) continue;
+                cnt[t->blocks[j]]++;
+                held++;
+            }
+            if (w) assert_true(held <= (w - 1 + R->p.max_batch_tokens) / bs + 2);
+        }
+        int32_t n_zero = 0;
+        for (int32_t b = 0; b < nb; b++) {
+            assert_int_equal(cnt[b], tern_kv_block_ref(kv, b));
+            n_zero += cnt[b] == 0;
+        }
+        assert_int_equal(n_zero, tern_kv_n_free(kv)); /* free + used == total, no leak */
+        assert_true(tern_kv_check(kv));
+        free(cnt);
     }
-    int32_t n_zero = 0;
-    for (int32_t b = 0; b < nb; b++) {
-        assert_int_equal(cnt[b], tern_kv_block_ref(kv, b));
-        n_zero += cnt[b] == 0;
-    }
-    assert_int_equal(n_zero, tern_kv_n_free(kv)); /* free + used == total, no leak */
-    assert_true(tern_kv_check(kv));
-    free(cnt);
+}
+
+/* Group g's block table row of sequence s and its slots. */
+static const int32_t *group_table(const struct tern_batch *b, int32_t g, int32_t s)
+{
+    const int32_t *bt = g ? b->group_block_tables[g] : b->block_tables;
+    return bt + (size_t)s * b->max_blocks_per_seq;
+}
+
+static const int32_t *group_slots(const struct tern_batch *b, int32_t g)
+{
+    return g ? b->group_slot_mapping[g] : b->slot_mapping;
 }
 
 /* Structure of the batch: token budget, positions, slots, exclusive writes. */
 static void check_batch(struct run *R, const struct tern_sched_out *o, const struct tern_batch *b)
 {
-    struct tern_kv *kv = tern_sched_kv(R->s);
-    int32_t bs = R->p.block_size, mb = b->max_blocks_per_seq;
+    int32_t bs = R->p.block_size;
     assert_true(b->n_tokens <= R->p.max_batch_tokens);
     assert_int_equal(b->n_tokens, o->n_tokens);
     assert_true(b->n_seqs <= R->p.max_seqs);
     assert_int_equal(b->query_start[0], 0);
     assert_int_equal(b->query_start[b->n_seqs], b->n_tokens);
+    assert_int_equal(R->n_groups > 1 ? b->n_kv_groups : 1, R->n_groups);
     for (int32_t s = 0; s < b->n_seqs; s++) {
         int32_t q0 = b->query_start[s], q1 = b->query_start[s + 1];
         assert_true(q1 > q0);
@@ -153,10 +182,14 @@ static void check_batch(struct run *R, const struct tern_sched_out *o, const str
         for (int32_t t = q0; t < q1; t++) {
             int32_t pos = b->seq_lens[s] - (q1 - q0) + (t - q0);
             assert_int_equal(b->positions[t], pos);
-            int32_t blk = b->block_tables[s * mb + pos / bs];
-            assert_int_equal(b->slot_mapping[t], blk * bs + pos % bs);
-            assert_int_equal(tern_kv_block_ref(kv, blk), 1); /* written blocks are private */
-            for (int32_t u = 0; u < t; u++) assert_true(b->slot_mapping[u] != b->slot_mapping[t]);
+            for (int32_t g = 0; g < R->n_groups; g++) {
+                struct tern_kv *kv = tern_sched_kv_group(R->s, g);
+                int32_t blk = group_table(b, g, s)[pos / bs];
+                const int32_t *sl = group_slots(b, g);
+                assert_int_equal(sl[t], blk * bs + pos % bs);
+                assert_int_equal(tern_kv_block_ref(kv, blk), 1); /* written blocks are private */
+                for (int32_t u = 0; u < t; u++) assert_true(sl[u] != sl[t]);
+            }
         }
     }
     for (int32_t r = 0; r < b->n_logits; r++) {
@@ -165,16 +198,18 @@ static void check_batch(struct run *R, const struct tern_sched_out *o, const str
     }
 }
 
-/* Writes K/V, then reads every sampled sequence's context back through its
- * block table and produces its next token. */
+/* Writes K/V into every group, then reads every sampled sequence's
+ * context back through its block tables (all of it from group 0, a full
+ * pool; a windowed group's window) and produces its next token. */
 static void fake_forward(struct run *R, const struct tern_sched_out *o, const struct tern_batch *b,
                          int32_t *sampled)
 {
-    int32_t bs = R->p.block_size, mb = b->max_blocks_per_seq;
-    for (int32_t t = 0; t < b->n_tokens; t++) {
-        R->dev_tok[b->slot_mapping[t]] = b->token_ids[t];
-        R->dev_pos[b->slot_mapping[t]] = b->positions[t];
-    }
+    int32_t bs = R->p.block_size;
+    for (int32_t g = 0; g < R->n_groups; g++)
+        for (int32_t t = 0; t < b->n_tokens; t++) {
+            R->dev_tok[g][group_slots(b, g)[t]] = b->token_ids[t];
+            R->dev_pos[g][group_slots(b, g)[t]] = b->positions[t];
+        }
     R->n_computed += b->n_tokens;
     int32_t ctx[256];
     for (int32_t r = 0; r < b->n_logits; r++) {
@@ -184,11 +219,14 @@ static void fake_forward(struct run *R, const struct tern_sched_out *o, const st
         int32_t len = b->seq_lens[s];
         const struct tern_sched_sample *sm = &o->samples[r];
         assert_int_equal(len, sm->n_tokens);
-        for (int32_t p = 0; p < len; p++) {
-            int32_t slot = b->block_tables[s * mb + p / bs] * bs + p % bs;
-            assert_int_equal(R->dev_pos[slot], p);
-            ctx[p] = R->dev_tok[slot];
-            assert_int_equal(ctx[p], sm->tokens[p]);
+        for (int32_t g = 0; g < R->n_groups; g++) {
+            int32_t w = tern_kv_window(tern_sched_kv_group(R->s, g));
+            for (int32_t p = w && len > w ? len - w : 0; p < len; p++) {
+                int32_t slot = group_table(b, g, s)[p / bs] * bs + p % bs;
+                assert_int_equal(R->dev_pos[g][slot], p);
+                assert_int_equal(R->dev_tok[g][slot], sm->tokens[p]);
+                if (g == 0) ctx[p] = R->dev_tok[g][slot];
+            }
         }
         sampled[r] = (int32_t)(fnv(ctx, len, sm->seq_idx) % VOCAB);
     }
@@ -198,8 +236,10 @@ static void apply_copies(struct run *R, const struct tern_sched_out *o)
 {
     int32_t bs = R->p.block_size;
     for (int32_t i = 0; i < o->n_copies; i++) {
-        memcpy(R->dev_tok + o->copies[i].dst * bs, R->dev_tok + o->copies[i].src * bs, bs * 4);
-        memcpy(R->dev_pos + o->copies[i].dst * bs, R->dev_pos + o->copies[i].src * bs, bs * 4);
+        int32_t g = o->copies[i].group;
+        assert_true(g >= 0 && g < R->n_groups);
+        memcpy(R->dev_tok[g] + o->copies[i].dst * bs, R->dev_tok[g] + o->copies[i].src * bs, bs * 4);
+        memcpy(R->dev_pos[g] + o->copies[i].dst * bs, R->dev_pos[g] + o->copies[i].src * bs, bs * 4);
     }
 }
 
@@ -339,9 +379,15 @@ static uint32_t rng_next(uint32_t *s)
 
 /* A random workload: arrivals over time, shared prefixes, n > 1, random
  * cancellations (queued, prefilling, decoding, mid-step), a small pool. */
-static void random_workload(uint32_t seed, int32_t n_blocks, bool prefix_cache)
+static void random_workload(uint32_t seed, int32_t n_blocks, bool prefix_cache, int32_t window)
 {
-    struct tern_sched_params p = {6, 24, 96, n_blocks, 4, prefix_cache};
+    struct tern_sched_params p = {6, 24, 96, n_blocks, 4, prefix_cache, 0, {0}, {0}};
+    if (window) { /* a full group and a windowed one (a fifth of the blocks) */
+        p.n_groups = 2;
+        p.group_blocks[0] = n_blocks;
+        p.group_blocks[1] = n_blocks / 5 > 14 ? n_blocks / 5 : 14;
+        p.group_window[1] = window;
+    }
     struct treq *reqs = calloc(MAX_REQS, sizeof *reqs);
     struct run R;
     run_init(&R, p, reqs);
@@ -385,18 +431,23 @@ static void random_workload(uint32_t seed, int32_t n_blocks, bool prefix_cache)
         if (R.n_reqs == n_total && tern_sched_n_requests(R.s) == 0) break;
     }
     step(&R, NULL); /* report the last ends */
-    int32_t n_cancelled = 0, n_forked = 0;
+    int32_t n_cancelled = 0, n_forked = 0, n_hits = 0;
     for (int32_t i = 0; i < R.n_reqs; i++) {
         n_cancelled += reqs[i].cancelled;
         n_forked += reqs[i].n > 1;
+        n_hits += reqs[i].n_cached > 0;
     }
-    printf("workload seed %u pool %d: %d requests (%d with n > 1, %d cancelled), %lld steps, "
-           "%lld tokens computed, %lld preemptions\n",
-           seed, n_blocks, R.n_reqs, n_forked, n_cancelled, (long long)R.step,
+    printf("workload seed %u pool %d window %d: %d requests (%d with n > 1, %d cancelled, %d "
+           "prefix hits), %lld steps, %lld tokens computed, %lld preemptions\n",
+           seed, n_blocks, window, R.n_reqs, n_forked, n_cancelled, n_hits, (long long)R.step,
            (long long)R.n_computed, (long long)R.n_preempted);
+    if (prefix_cache && n_blocks >= 100) assert_true(n_hits > 0);
     assert_true(R.step < limit);
     assert_int_equal(tern_sched_n_requests(R.s), 0);
-    assert_int_equal(tern_kv_n_free(tern_sched_kv(R.s)), n_blocks);
+    for (int32_t g = 0; g < R.n_groups; g++) {
+        struct tern_kv *kv = tern_sched_kv_group(R.s, g);
+        assert_int_equal(tern_kv_n_free(kv), tern_kv_n_blocks(kv));
+    }
     check_outputs(&R);
     /* the small pools must actually have exercised preemption */
     if (n_blocks <= 40) assert_true(R.n_preempted > 0);
@@ -407,24 +458,35 @@ static void random_workload(uint32_t seed, int32_t n_blocks, bool prefix_cache)
 static void test_random_small_pool(void **state)
 {
     (void)state;
-    for (uint32_t seed = 1; seed <= 6; seed++) random_workload(seed * 7919u, 30, true);
+    for (uint32_t seed = 1; seed <= 6; seed++) random_workload(seed * 7919u, 30, true, 0);
 }
 
 static void test_random_large_pool(void **state)
 {
     (void)state;
-    for (uint32_t seed = 1; seed <= 4; seed++) random_workload(seed * 104729u, 200, true);
+    for (uint32_t seed = 1; seed <= 4; seed++) random_workload(seed * 104729u, 200, true, 0);
 }
 
 static void test_random_no_prefix_cache(void **state)
 {
     (void)state;
-    for (uint32_t seed = 1; seed <= 3; seed++) random_workload(seed * 31337u, 36, false);
+    for (uint32_t seed = 1; seed <= 3; seed++) random_workload(seed * 31337u, 36, false, 0);
+}
+
+/* A full and a windowed KV group: every group's context reads back right
+ * through its own tables, the windowed one holds its window only, prefix
+ * hits (with the windowed pool's rules) give the solo outputs. */
+static void test_random_windowed_groups(void **state)
+{
+    (void)state;
+    for (uint32_t seed = 1; seed <= 4; seed++) random_workload(seed * 7907u, 40, true, 9);
+    for (uint32_t seed = 1; seed <= 3; seed++) random_workload(seed * 6133u, 200, true, 16);
+    for (uint32_t seed = 1; seed <= 2; seed++) random_workload(seed * 911u, 60, false, 5);
 }
 
 static struct tern_sched_params small_params(int32_t n_blocks)
 {
-    return (struct tern_sched_params){4, 16, 64, n_blocks, 4, true};
+    return (struct tern_sched_params){4, 16, 64, n_blocks, 4, true, 0, {0}, {0}};
 }
 
 /* Runs until the request is done; returns the tokens computed meanwhile. */
@@ -513,7 +575,7 @@ static void test_cancel_phases(void **state)
     (void)state;
     struct treq reqs[4] = {0};
     struct run R;
-    struct tern_sched_params p = {2, 8, 64, 32, 4, true};
+    struct tern_sched_params p = {2, 8, 64, 32, 4, true, 0, {0}, {0}};
     run_init(&R, p, reqs);
     for (int k = 0; k < 4; k++) {
         struct treq *q = &reqs[R.n_reqs++];
@@ -603,7 +665,7 @@ static void test_submit_rejects(void **state)
 {
     (void)state;
     struct tern_sched *s;
-    struct tern_sched_params p = {4, 16, 64, 8, 4, true};
+    struct tern_sched_params p = {4, 16, 64, 8, 4, true, 0, {0}, {0}};
     assert_int_equal(tern_sched_create(&p, &s), TERN_OK);
     int32_t prompt[60] = {0};
     uint64_t id;
@@ -643,6 +705,7 @@ int main(void)
         cmocka_unit_test(test_random_small_pool),
         cmocka_unit_test(test_random_large_pool),
         cmocka_unit_test(test_random_no_prefix_cache),
+        cmocka_unit_test(test_random_windowed_groups),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
