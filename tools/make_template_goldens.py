@@ -16,9 +16,11 @@ Run:  python3 -m venv tools/.venv && tools/.venv/bin/pip install jinja2 transfor
       tools/.venv/bin/python tools/make_template_goldens.py
 Templates are read from tests/fixtures/data.
 """
+import copy
 import json
 import lzma
 import os
+import re
 import shutil
 import sys
 
@@ -88,12 +90,15 @@ CASES = {
     "wrong_order": case([U1, U2]),
     "assistant_first": case([A1, U1]),
     "empty": case([], agp=True),
+    # transformers passes tools=None and documents=None when a call has none
+    "tools_none": case([SYS, U2], tools=None, documents=None),
+    "tools_empty": case([SYS, U2], tools=[]),
 }
 
 
 def render(src, ctx):
-    try:
-        return {"ok": _compile_jinja_template(src).render(**ctx)}
+    try:  # a copy: jinja2's indent filter extends a list it is given in place
+        return {"ok": _compile_jinja_template(src).render(**copy.deepcopy(ctx))}
     except jinja2.exceptions.TemplateError as e:
         kind = type(e).__name__
         return {"error": str(e), "kind": kind}
@@ -273,6 +278,97 @@ U = [
     ("err_compare", "{{ 1 < 'a' }}", {}),
 ]
 
+# ------------------------------------------- none / undefined / empty inputs
+# Every filter on x = None, x undefined and x = []: jinja2 guards map and the
+# select family with `if value:` (empty on any false input), other filters
+# raise or render per their Python code.
+NU_FILTERS = [
+    ("length", "length"), ("count", "count"), ("first", "first"), ("last", "last"),
+    ("join", "join(',')"), ("join_attr", "join(',', attribute='a')"),
+    ("map_filter", "map('upper')|list"), ("map_attr", "map(attribute='a')|join(',')"),
+    ("map_default", "map(attribute='a', default=0)|list"), ("map_noarg", "map|list"),
+    ("map_badfilter", "map('nosuchfilter')|list"), ("select", "select|list"),
+    ("select_test", "select('odd')|list"), ("reject", "reject('none')|list"),
+    ("selectattr", "selectattr('a')|list"), ("selectattr_test", "selectattr('a', 'equalto', 1)|list"),
+    ("selectattr_noarg", "selectattr|list"), ("selectattr_badtest", "selectattr('a', 'nosuchtest')|list"),
+    ("rejectattr", "rejectattr('a', 'defined')|list"), ("select_first", "selectattr('a')|first"),
+    ("items", "items|list"), ("trim", "trim"), ("upper", "upper"), ("lower", "lower"),
+    ("capitalize", "capitalize"), ("title", "title"), ("replace", "replace('o', '0')"),
+    ("default", "default('D')"), ("default_bool", "default('D', true)"), ("list", "list"),
+    ("string", "string"), ("int", "int"), ("int_default", "int(7)"), ("float", "float"),
+    ("round", "round"), ("tojson", "tojson"), ("safe", "safe|length"), ("escape", "escape"),
+    ("forceescape", "forceescape"), ("unique", "unique|list"), ("sort", "sort"),
+    ("dictsort", "dictsort"), ("reverse", "reverse|list"), ("indent", "indent(2)"),
+    ("wordcount", "wordcount"), ("min", "min"), ("max", "max"), ("sum", "sum"), ("abs", "abs"),
+    ("batch", "batch(2)|list"), ("center", "center(6)"), ("format", "format"), ("attr", "attr('a')"),
+]
+NU_INPUTS = [("none", {"x": None}), ("undef", {}), ("empty", {"x": []})]
+for _name, _f in NU_FILTERS:
+    for _in, _ctx in NU_INPUTS:
+        U.append(("nu_%s_%s" % (_name, _in), "{{ x|%s }}|{{ (x|%s) is defined }}" % (_f, _f), _ctx))
+
+NU_TESTS = "".join("{{ x is %s }}" % t for t in (
+    "defined", "undefined", "none", "iterable", "sequence", "mapping", "string", "number",
+    "callable", "boolean", "eq(none)", "ne([])", "sameas(none)", "in([none, 1])"))
+for _in, _ctx in NU_INPUTS + [("missing_attr", {"d": {}}), ("none_attr", {"n": None})]:
+    _x = {"missing_attr": "d.x", "none_attr": "n.x"}.get(_in, "x")
+    U += [
+        ("nu_tests_" + _in, NU_TESTS.replace("x is", _x + " is"), _ctx),
+        ("nu_for_" + _in, "{% for i in X %}[{{ i }}]{% else %}empty{% endfor %}".replace("X", _x), _ctx),
+        ("nu_in_right_" + _in, "{{ none in X }}|{{ 'a' in X }}".replace("X", _x), _ctx),
+        ("nu_in_left_" + _in, "{{ X in [none, 1] }}|{{ X in {'a': 1} }}".replace("X", _x), _ctx),
+        ("nu_truth_" + _in, "{{ 'T' if X else 'F' }}{{ X == none }}{{ X ~ '!' }}".replace("X", _x), _ctx),
+    ]
+
+U += [
+    # a sandbox-refused attribute is an undefined that raises SecurityError when misused
+    ("nu_unsafe_undefined", "[{{ l.append|string }}|{{ l.append|upper }}|{{ l.append|default('d') }}|{{ l.append is defined }}|{{ l.append|list }}|{{ l.append is callable }}|{{ l.append|center(3) }}]", {"l": []}),
+    ("err_nu_unsafe_int", "{{ l.append|int }}", {"l": []}),
+    ("nu_false_inputs", "{{ 0|select|list }}{{ false|map('upper')|list }}{{ ''|selectattr('a')|list }}{{ {}|rejectattr('a')|list }}{{ 0.0|reject|list }}", {}),
+    ("err_nu_true_not_iterable", "{{ 5|select|list }}", {}),
+    ("f_attr_dict", "{{ {'a': 1}|attr('a') is defined }}{{ {'a': 1}|attr('items') is defined }}{{ n|attr('a') is defined }}", {"n": None}),
+    ("f_safe_str", "{{ n|safe|length }}{{ [1, 2]|safe|length }}{{ u|safe|length }}", {"n": None}),
+    ("f_batch_counts", "{{ [1, 2, 3]|batch(2, 0)|list }}{{ [1, 2]|batch(0)|list }}{{ [1, 2]|batch(-1)|list }}{{ u|batch(2)|list }}", {}),
+    ("err_f_unique_unhashable", "{{ [[1], [1]]|unique|list }}", {}),
+    ("err_in_unhashable", "{{ [] in {} }}", {}),
+    ("err_test_unhashable", "{{ [] is filter }}", {}),
+    # map, select..., unique, items, batch and reverse return one-shot iterators
+    ("gen_truthy", "{{ 'T' if n|selectattr('a') else 'F' }}{{ 'T' if []|select else 'F' }}{{ 'T' if u|map('upper') else 'F' }}{{ 'T' if n|items else 'F' }}{{ 'T' if 5|select else 'F' }}{{ 'T' if u|reverse else 'F' }}", {"n": None}),
+    ("gen_once", "{% set g = [1, 2, 3]|select %}{{ g|first }}{{ g|list }}{{ g|list }}{{ g|first is defined }}", {}),
+    ("gen_in", "{% set g = [1, 2, 3]|map('string') %}{{ '2' in g }}{{ g|list }}{{ 'x' in g }}", {}),
+    ("gen_repr", "{{ n|select }}|{{ [1]|map('string') }}|{{ [1]|reverse }}|{{ (1,)|reverse }}|{{ {'a': 1}|reverse }}|{{ u|reverse }}|{{ {'a': 1}|items }}|{{ [1]|unique }}|{{ [1]|batch(1) }}|{{ [n|select] }}|{{ 5|select }}", {"n": None}),
+    ("gen_tests", "{% set g = n|select %}{{ g is iterable }}{{ g is sequence }}{{ g is defined }}{{ g is none }}{{ g[0] is defined }}{{ g.x is defined }}{{ g == [] }}{{ g == g }}{{ g|list == [] }}{{ g|default('d') is string }}", {"n": None}),
+    ("gen_loop", "{% for x in [3, 1, 2]|reject('none') %}{{ loop.index }}/{{ loop.length }}{{ loop.last }},{% endfor %}{% for k, v in {'a': 1}|items %}{{ k }}{{ v }}{% endfor %}", {}),
+    ("gen_chain", "{{ n|selectattr('a')|map(attribute='b')|unique|list }}{{ [1, 2, 3, 3]|select('odd')|unique|sort }}{{ [1, 2]|reverse|list }}{{ [1, 2]|select|reverse }}{{ [[1, 2]]|map('reverse')|map('list')|list }}{{ [1, 2]|select|join('-') }}{{ [1, 2]|map('string')|sum(start='') if false }}{{ {'b': 1, 'a': 2}|items|sort }}", {"n": None}),
+    ("gen_lazy_errors", "{% set g = ms|map(attribute='a.b') %}{{ g|first }}|{{ 'T' if ms|selectattr('a.b', 'eq', 1) }}|{{ 'T' if ms|select('nosuchtest') }}|{{ 'T' if ms|map }}|{{ 'T' if [[1]]|unique }}", {"ms": [{"a": {"b": 1}}, {}, {"a": {"b": 2}}]}),
+    ("err_gen_lazy_item", "{% set g = ms|map(attribute='a.b') %}{{ g|first }}{{ g|first }}", {"ms": [{"a": {"b": 1}}, {}, {"a": {"b": 2}}]}),
+    ("err_gen_map_noarg", "{{ [1]|map|list }}", {}),
+    ("err_gen_badtest", "{{ [1]|select('nosuchtest')|list }}", {}),
+    ("err_gen_length", "{{ n|select|length }}", {"n": None}),
+    ("err_gen_last", "{{ []|map('upper')|last }}", {}),
+    ("err_gen_tojson", "{{ n|selectattr('a')|tojson }}", {"n": None}),
+    ("err_gen_deferred", "{% set g = 5|select %}{{ 'made' }}{{ g|list }}", {}),
+    ("err_gen_items_none", "{{ n|items|list }}", {"n": None}),
+    ("err_gen_reverse_none", "{{ n|reverse }}", {"n": None}),
+]
+
+# A tools block written the way Hub templates write it, rendered as
+# transformers calls it without tools (tools=None), with tools absent,
+# empty, and given.
+TOOLS_BLOCK = (
+    "{%- set fns = tools | selectattr('type', 'equalto', 'function') | map(attribute='function') | list %}\n"
+    "{%- if fns %}\n<tools>\n{% for f in fns %}{{ f | tojson }}\n{% endfor %}</tools>\n{% endif %}\n"
+    "{%- if tools | rejectattr('type', 'equalto', 'function') | list %}builtin: {{ tools | rejectattr('type', 'equalto', 'function') | map(attribute='type') | join(', ') }}\n{% endif %}\n"
+    "{%- if tools | selectattr('function.name', 'equalto', 'add') %}generator is true\n{% endif %}\n"
+    "names=[{{ fns | map(attribute='name') | join(', ') }}] first={{ tools | map(attribute='type') | first }}\n"
+    "{% for m in messages | rejectattr('role', 'equalto', 'system') %}\n<{{ m.role }}>{{ m.content }}\n{% endfor %}"
+)
+for _in, _tools in [("none", None), ("undef", "absent"), ("empty", []), ("list", TOOLS + [{"type": "code_interpreter"}])]:
+    _ctx = {"messages": [SYS, U2]}
+    if _tools != "absent":
+        _ctx["tools"] = _tools
+    U.append(("tools_block_" + _in, TOOLS_BLOCK, _ctx))
+
 
 def write_units():
     out = []
@@ -281,6 +377,8 @@ def write_units():
             r = render(src, ctx)
         except jinja2.exceptions.TemplateSyntaxError as e:  # compile errors
             r = {"error": str(e), "kind": "TemplateSyntaxError"}
+        if name.startswith("gen_") and "ok" in r:  # tern prints Python's repr without the address
+            r["ok"] = re.sub(r" at 0x[0-9a-f]+>", ">", r["ok"])
         item = {"name": name, "template": src, "context": ctx}
         item.update(r)
         out.append(item)

@@ -48,6 +48,7 @@ enum jv_kind {
     JV_DICT,
     JV_NS,   /* namespace(): a mutable dict seen through attributes */
     JV_FUNC, /* builtin, bound method, macro */
+    JV_GEN,  /* a one-shot iterator (what map, select, reverse... return) */
 };
 
 #define JV_F_TUPLE 1u  /* a list that is a Python tuple */
@@ -60,6 +61,7 @@ struct jstr {
 struct jlist;
 struct jdict;
 struct jfunc;
+struct jgen;
 
 struct jv {
     uint8_t kind;
@@ -72,6 +74,7 @@ struct jv {
         struct jlist *l;
         struct jdict *d; /* JV_DICT, JV_NS */
         struct jfunc *fn;
+        struct jgen *g;
     } u;
 };
 
@@ -84,6 +87,17 @@ struct jdict {
     size_t n, cap;
     struct jv *keys;
     struct jv *vals;
+};
+
+/* A Python generator or iterator: the filter computes its items at once, but
+ * iterating consumes them, as in jinja2 (a second `|list` is empty). It is
+ * always true, has no len(), cannot be indexed, reversed or serialised. */
+struct jgen {
+    struct jlist *items;
+    size_t pos;       /* items before pos are consumed */
+    const char *type; /* Python type name: "generator", "list_reverseiterator", ... */
+    const char *func; /* generator function named by repr(), NULL for iterators */
+    const char *err;  /* raised once the items run out (a non-iterable input) */
 };
 
 struct jrt;
@@ -257,12 +271,16 @@ struct jrt {
     int line;        /* line of the node being evaluated */
     char *err;       /* message (tern_malloc) once failed */
     int err_line;
+    bool err_limit;  /* err is a limit (memory, steps): never deferred */
 };
 
 /* Records a runtime error at the current line; returns -1. */
 int jrt_fail(struct jrt *rt, const char *fmt, ...) TERN_PRINTF(2, 3);
 /* Out of arena memory (or over the cap). */
 int jrt_oom(struct jrt *rt);
+/* Moves the recorded error into *err (arena) and clears it, for a generator
+ * to raise later; returns -1, keeping it, when it is a limit or memory is out. */
+int jrt_defer(struct jrt *rt, const char **err);
 
 struct jscope *jscope_new(struct jrt *rt, struct jscope *parent);
 int jscope_set(struct jrt *rt, struct jscope *s, const char *name, struct jv v);
@@ -276,8 +294,14 @@ int jinja_call(struct jrt *rt, struct jv callee, struct jargs *args, struct jv *
 /* obj.name and obj[key] with the sandbox's rules. */
 int jinja_getattr(struct jrt *rt, struct jv obj, const char *name, size_t len, struct jv *out);
 int jinja_getitem(struct jrt *rt, struct jv obj, struct jv key, struct jv *out);
-/* Python iteration: list items, dict keys, string characters; undefined is empty. */
+/* Python iteration: list items, dict keys, string characters; undefined is
+ * empty; a generator yields its remaining items and is then exhausted. */
 int jinja_iterate(struct jrt *rt, struct jv v, struct jlist **out);
+/* A generator over `items` (NULL: none), raising `err` (arena or static) after them. */
+int jinja_gen(struct jrt *rt, const char *type, const char *func, struct jlist *items,
+              const char *err, struct jv *out);
+/* Fails with Python's "unhashable type" unless v can be a dict key. */
+int jinja_check_hashable(struct jrt *rt, struct jv v);
 /* Undefined with a hint (the hint is used when it is misused). */
 struct jv jinja_undef(struct jrt *rt, const char *fmt, ...) TERN_PRINTF(2, 3);
 /* str(v) as a new string value. */

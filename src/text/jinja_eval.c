@@ -45,7 +45,19 @@ int jrt_fail(struct jrt *rt, const char *fmt, ...)
 
 int jrt_oom(struct jrt *rt)
 {
+    if (!rt->err) rt->err_limit = true;
     return jrt_fail(rt, "out of memory (the template needs more than the render limit)");
+}
+
+int jrt_defer(struct jrt *rt, const char **err)
+{
+    if (!rt->err || rt->err_limit) return -1;
+    struct jstr *s = jstr_new(&rt->arena, rt->err, strlen(rt->err));
+    if (!s) return jrt_oom(rt);
+    tern_free(rt->err);
+    rt->err = NULL;
+    *err = s->data;
+    return 0;
 }
 
 struct jv jinja_undef(struct jrt *rt, const char *fmt, ...)
@@ -143,8 +155,10 @@ static int out_value(struct jrt *rt, struct jv v)
 static int step(struct jrt *rt, const struct jnode *n)
 {
     rt->line = n->line;
-    if (++rt->steps > JINJA_MAX_STEPS)
+    if (++rt->steps > JINJA_MAX_STEPS) {
+        if (!rt->err) rt->err_limit = true;
         return jrt_fail(rt, "template takes too long (more than %d steps)", JINJA_MAX_STEPS);
+    }
     return 0;
 }
 
@@ -221,11 +235,37 @@ int jinja_getitem(struct jrt *rt, struct jv obj, struct jv key, struct jv *out)
     return 0;
 }
 
+int jinja_gen(struct jrt *rt, const char *type, const char *func, struct jlist *items,
+              const char *err, struct jv *out)
+{
+    struct jgen *g = jarena_alloc(&rt->arena, sizeof(*g));
+    if (!g || (!items && !(items = jlist_new(&rt->arena, 0)))) return jrt_oom(rt);
+    g->items = items;
+    g->type = type;
+    g->func = func;
+    g->err = err;
+    out->kind = JV_GEN;
+    out->flags = 0;
+    out->u.g = g;
+    return 0;
+}
+
 int jinja_iterate(struct jrt *rt, struct jv v, struct jlist **out)
 {
     switch (v.kind) {
     case JV_UNDEF: *out = jlist_new(&rt->arena, 0); break;
     case JV_LIST: *out = v.u.l; return 0;
+    case JV_GEN: { /* a view of the remaining items; the generator is spent */
+        struct jgen *g = v.u.g;
+        struct jlist *l = jlist_new(&rt->arena, 0);
+        if (!l) return jrt_oom(rt);
+        l->items = g->items->items + g->pos;
+        l->n = l->cap = g->items->n - g->pos;
+        g->pos = g->items->n;
+        if (g->err) return jrt_fail(rt, "%s", g->err);
+        *out = l;
+        return 0;
+    }
     case JV_DICT: {
         struct jlist *l = jlist_new(&rt->arena, v.u.d->n);
         if (!l) return jrt_oom(rt);

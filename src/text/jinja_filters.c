@@ -29,10 +29,36 @@ static struct jv list_value(struct jlist *l, bool tuple)
     return v;
 }
 
+/* soft_str(): str(v); an undefined, even a sandbox-refused one, is "". */
 static int want_str(struct jrt *rt, struct jv v, struct jv *out)
 {
-    if (v.kind == JV_UNDEF && (v.flags & JV_F_UNSAFE)) return jinja_undef_fail(rt, v);
     return jinja_to_str(rt, v, out);
+}
+
+/* The input of a filter that jinja2 writes as a generator: its items, and the
+ * error iterating it raises, which jinja2 raises only once the result is
+ * consumed (`5|select` is a generator; `5|select|list` fails). A generator
+ * input is consumed, its own pending error carried over. */
+static int gen_input(struct jrt *rt, struct jv v, struct jlist **items, const char **err)
+{
+    char buf[128];
+    *err = NULL;
+    switch (v.kind) {
+    case JV_GEN:
+        *err = v.u.g->err;
+        v.u.g->err = NULL;
+        return jinja_iterate(rt, v, items);
+    case JV_UNDEF:
+    case JV_STR:
+    case JV_LIST:
+    case JV_DICT: return jinja_iterate(rt, v, items);
+    default: break;
+    }
+    snprintf(buf, sizeof buf, "'%s' object is not iterable", jv_type_name(v));
+    struct jstr *e = jstr_new(&rt->arena, buf, strlen(buf));
+    if (!e || !(*items = jlist_new(&rt->arena, 0))) return jrt_oom(rt);
+    *err = e->data;
+    return 0;
 }
 
 static bool arg_bool(struct jargs *a, size_t i, const char *name, bool def)
@@ -52,17 +78,31 @@ static int f_length(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out
     }
 }
 
+/* next(iter(seq)): takes one item of a generator, leaving the rest. */
 static int f_first(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out)
 {
     struct jlist *l;
+    if (v.kind == JV_GEN) {
+        struct jgen *g = v.u.g;
+        if (g->pos < g->items->n) {
+            *out = g->items->items[g->pos++];
+            return 0;
+        }
+        if (g->err) return jrt_fail(rt, "%s", g->err);
+        *out = jinja_undef(rt, "No first item, sequence was empty.");
+        return 0;
+    }
     if (jinja_iterate(rt, v, &l)) return -1;
     *out = l->n ? l->items[0] : jinja_undef(rt, "No first item, sequence was empty.");
     return 0;
 }
 
+/* next(iter(reversed(seq))): generators and None are not reversible. */
 static int f_last(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out)
 {
     struct jlist *l;
+    if (v.kind != JV_STR && v.kind != JV_LIST && v.kind != JV_DICT && v.kind != JV_UNDEF)
+        return jrt_fail(rt, "'%s' object is not reversible", jv_type_name(v));
     if (jinja_iterate(rt, v, &l)) return -1;
     *out = l->n ? l->items[l->n - 1] : jinja_undef(rt, "No last item, sequence was empty.");
     return 0;
@@ -119,28 +159,37 @@ static int shift_args(struct jrt *rt, struct jargs *a, size_t k, struct jargs *r
     return 0;
 }
 
+/* map, select, reject, selectattr, rejectattr: `if value:` guards them in
+ * jinja2, so a false input (none, undefined, 0, empty) gives an empty
+ * generator without looking at the arguments. Their work is done at once,
+ * but an error it meets (a bad argument, an attribute of an undefined) is
+ * kept in the generator and raised only if it is consumed that far, as
+ * jinja2's lazy generators do: `{% if tools|selectattr('function.name') %}`
+ * renders where `|list` would fail. */
 static int f_map(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out)
 {
     struct jlist *l, *r;
-    if (jinja_iterate(rt, v, &l)) return -1;
+    const char *err;
+    if (!jv_truthy(v)) return jinja_gen(rt, "generator", "sync_do_map", NULL, NULL, out);
+    if (gen_input(rt, v, &l, &err)) return -1;
     if (!(r = jlist_new(&rt->arena, l->n))) return jrt_oom(rt);
     struct jv *attr = jargs_get(a, a->n_pos, "attribute"), *def = jargs_get(a, a->n_pos, "default");
     struct jargs rest;
-    if (!attr && a->n_pos == 0) return jrt_fail(rt, "map requires a filter argument");
-    if (!attr && a->pos[0].kind != JV_STR) return jrt_fail(rt, "map filter name must be a string");
+    if (!attr && a->n_pos == 0) jrt_fail(rt, "map requires a filter argument");
+    else if (!attr && a->pos[0].kind != JV_STR) jrt_fail(rt, "map filter name must be a string");
     shift_args(rt, a, 1, &rest);
-    for (size_t i = 0; i < l->n; i++) {
+    for (size_t i = 0; i < l->n && !rt->err; i++) {
         struct jv item = l->items[i];
         if (attr) {
-            if (get_attr_path(rt, item, *attr, &item)) return -1;
+            if (get_attr_path(rt, item, *attr, &item)) break;
             if (item.kind == JV_UNDEF && def) item = *def;
         } else if (jinja_filter(rt, a->pos[0].u.s->data, item, &rest, &item)) {
-            return -1;
+            break;
         }
         r->items[r->n++] = item;
     }
-    *out = list_value(r, false);
-    return 0;
+    if (rt->err && jrt_defer(rt, &err)) return -1;
+    return jinja_gen(rt, "generator", "sync_do_map", r, err, out);
 }
 
 /* select/reject/selectattr/rejectattr. */
@@ -148,27 +197,29 @@ static int select_common(struct jrt *rt, struct jv v, struct jargs *a, bool attr
                          struct jv *out)
 {
     struct jlist *l, *r;
-    if (jinja_iterate(rt, v, &l)) return -1;
+    const char *err, *test = NULL;
+    if (!jv_truthy(v)) return jinja_gen(rt, "generator", "select_or_reject", NULL, NULL, out);
+    if (gen_input(rt, v, &l, &err)) return -1;
     if (!(r = jlist_new(&rt->arena, l->n))) return jrt_oom(rt);
     size_t k = attr ? 1 : 0;
-    if (attr && a->n_pos < 1) return jrt_fail(rt, "selectattr/rejectattr need an attribute name");
-    if (a->n_pos > k && a->pos[k].kind != JV_STR) return jrt_fail(rt, "test name must be a string");
-    const char *test = a->n_pos > k ? a->pos[k].u.s->data : NULL;
+    if (attr && a->n_pos < 1) jrt_fail(rt, "Missing parameter for attribute name");
+    else if (a->n_pos > k && a->pos[k].kind != JV_STR) jrt_fail(rt, "test name must be a string");
+    else if (a->n_pos > k) test = a->pos[k].u.s->data;
     struct jargs rest;
     shift_args(rt, a, k + 1, &rest);
-    for (size_t i = 0; i < l->n; i++) {
+    for (size_t i = 0; i < l->n && !rt->err; i++) {
         struct jv item = l->items[i];
         bool ok;
-        if (attr && get_attr_path(rt, item, a->pos[0], &item)) return -1;
+        if (attr && get_attr_path(rt, item, a->pos[0], &item)) break;
         if (test) {
-            if (jinja_test(rt, test, item, &rest, &ok)) return -1;
+            if (jinja_test(rt, test, item, &rest, &ok)) break;
         } else {
             ok = jv_truthy(item);
         }
         if (ok == keep) r->items[r->n++] = l->items[i];
     }
-    *out = list_value(r, false);
-    return 0;
+    if (rt->err && jrt_defer(rt, &err)) return -1;
+    return jinja_gen(rt, "generator", "select_or_reject", r, err, out);
 }
 
 static int f_select(struct jrt *rt, struct jv v, struct jargs *a, struct jv *o) { return select_common(rt, v, a, false, true, o); }
@@ -176,16 +227,10 @@ static int f_reject(struct jrt *rt, struct jv v, struct jargs *a, struct jv *o) 
 static int f_selectattr(struct jrt *rt, struct jv v, struct jargs *a, struct jv *o) { return select_common(rt, v, a, true, true, o); }
 static int f_rejectattr(struct jrt *rt, struct jv v, struct jargs *a, struct jv *o) { return select_common(rt, v, a, true, false, o); }
 
-static int f_items(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out)
+/* The (key, value) tuples of a dict, as a list. */
+static int dict_pairs(struct jrt *rt, struct jv v, struct jlist **out)
 {
     struct jlist *r;
-    if (v.kind == JV_UNDEF) {
-        r = jlist_new(&rt->arena, 0);
-        if (!r) return jrt_oom(rt);
-        *out = list_value(r, false);
-        return 0;
-    }
-    if (v.kind != JV_DICT) return jrt_fail(rt, "Can only get item pairs from a mapping.");
     if (!(r = jlist_new(&rt->arena, v.u.d->n))) return jrt_oom(rt);
     for (size_t i = 0; i < v.u.d->n; i++) {
         struct jlist *pair = jlist_new(&rt->arena, 2);
@@ -195,8 +240,18 @@ static int f_items(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out)
         pair->n = 2;
         r->items[r->n++] = list_value(pair, true);
     }
-    *out = list_value(r, false);
+    *out = r;
     return 0;
+}
+
+/* A generator: empty for undefined, failing when consumed for a non-mapping. */
+static int f_items(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out)
+{
+    struct jlist *r = NULL;
+    if (v.kind == JV_DICT && dict_pairs(rt, v, &r)) return -1;
+    const char *err =
+        v.kind == JV_DICT || v.kind == JV_UNDEF ? NULL : "Can only get item pairs from a mapping.";
+    return jinja_gen(rt, "generator", "do_items", r, err, out);
 }
 
 static int f_trim(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out)
@@ -254,10 +309,13 @@ static int f_string(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out
     return want_str(rt, v, out);
 }
 
+/* int(value), else int(float(value)), else the default; Undefined's
+ * __int__ raises, so an undefined fails. */
 static int f_int(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out)
 {
     struct jv *def = jargs_get(a, 0, "default");
     struct jv *base = jargs_get(a, 1, "base");
+    if (v.kind == JV_UNDEF) return jinja_undef_fail(rt, v);
     *out = def ? *def : jv_int(0);
     if (v.kind == JV_INT) *out = v;
     else if (v.kind == JV_BOOL) *out = jv_int(v.u.b);
@@ -283,6 +341,7 @@ static int f_int(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out)
 static int f_float(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out)
 {
     struct jv *def = jargs_get(a, 0, "default");
+    if (v.kind == JV_UNDEF) return jinja_undef_fail(rt, v); /* Undefined.__float__ raises */
     *out = def ? *def : jv_float(0.0);
     if (jv_is_number(v)) *out = jv_float(jv_as_double(v));
     else if (v.kind == JV_STR) {
@@ -338,10 +397,10 @@ static int f_tojson(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out
     return rc;
 }
 
+/* Markup(v) is a str: `none|safe` is "None". */
 static int f_safe(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out)
 {
-    *out = v;
-    return 0;
+    return want_str(rt, v, out);
 }
 
 static int f_escape(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out)
@@ -419,8 +478,12 @@ static int f_dictsort(struct jrt *rt, struct jv v, struct jargs *a, struct jv *o
     bool cs = arg_bool(a, 0, "case_sensitive", false), reverse = arg_bool(a, 2, "reverse", false);
     struct jv *by = jargs_get(a, 1, "by");
     int pos = by && by->kind == JV_STR && strcmp(by->u.s->data, "value") == 0 ? 1 : 0;
-    if (f_items(rt, v, a, out)) return -1;
-    struct jlist *r = out->u.l;
+    struct jlist *r;
+    if (v.kind == JV_UNDEF) return jinja_undef_fail(rt, v); /* value.items() */
+    if (v.kind != JV_DICT)
+        return jrt_fail(rt, "'%s' object has no attribute 'items'", jv_type_name(v));
+    if (dict_pairs(rt, v, &r)) return -1;
+    *out = list_value(r, false);
     struct jv *keys = jarena_alloc(&rt->arena, (r->n + 1) * sizeof(struct jv));
     if (!keys) return jrt_oom(rt);
     for (size_t i = 0; i < r->n; i++)
@@ -431,33 +494,50 @@ static int f_dictsort(struct jrt *rt, struct jv v, struct jargs *a, struct jv *o
 static int f_unique(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out)
 {
     struct jlist *l, *r;
+    const char *err;
     bool cs = arg_bool(a, 0, "case_sensitive", false);
     struct jv *attr = jargs_get(a, 1, "attribute");
-    if (jinja_iterate(rt, v, &l)) return -1;
+    if (gen_input(rt, v, &l, &err)) return -1;
     struct jv *seen = jarena_alloc(&rt->arena, (l->n + 1) * sizeof(struct jv));
     if (!seen || !(r = jlist_new(&rt->arena, l->n))) return jrt_oom(rt);
     for (size_t i = 0; i < l->n; i++) {
         struct jv k;
         bool dup = false;
-        if (sort_key(rt, l->items[i], attr, cs, &k)) return -1;
+        /* jinja2 keeps the keys in a set */
+        if (sort_key(rt, l->items[i], attr, cs, &k) || jinja_check_hashable(rt, k)) {
+            if (jrt_defer(rt, &err)) return -1;
+            break;
+        }
         for (size_t j = 0; j < r->n && !dup; j++) dup = jv_equal(seen[j], k);
         if (!dup) {
             seen[r->n] = k;
             r->items[r->n++] = l->items[i];
         }
     }
-    *out = list_value(r, false);
-    return 0;
+    return jinja_gen(rt, "generator", "sync_do_unique", r, err, out);
 }
 
+/* A string reversed; reversed(value) for what Python can reverse (an
+ * iterator); else list(value) reversed (a list). */
 static int f_reverse(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out)
 {
-    struct jv step = jv_int(-1);
-    int jinja_slice(struct jrt *, struct jv, struct jv *, struct jv *, struct jv *, struct jv *);
-    if (v.kind == JV_STR || v.kind == JV_LIST) return jinja_slice(rt, v, NULL, NULL, &step, out);
+    struct jv step = jv_int(-1), r;
     struct jlist *l;
-    if (jinja_iterate(rt, v, &l)) return -1;
-    return jinja_slice(rt, list_value(l, false), NULL, NULL, &step, out);
+    int jinja_slice(struct jrt *, struct jv, struct jv *, struct jv *, struct jv *, struct jv *);
+    if (v.kind == JV_STR) return jinja_slice(rt, v, NULL, NULL, &step, out);
+    bool tuple = v.flags & JV_F_TUPLE;
+    const char *type = v.kind == JV_LIST  ? (tuple ? "reversed" : "list_reverseiterator")
+                     : v.kind == JV_DICT  ? "dict_reversekeyiterator"
+                     : v.kind == JV_UNDEF ? "reversed"
+                                          : NULL;
+    if (!type && v.kind != JV_GEN) return jrt_fail(rt, "argument must be iterable");
+    if (jinja_iterate(rt, v, &l) || jinja_slice(rt, list_value(l, false), NULL, NULL, &step, &r))
+        return -1;
+    if (!type) {
+        *out = r;
+        return 0;
+    }
+    return jinja_gen(rt, type, NULL, r.u.l, NULL, out);
 }
 
 static int f_indent(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out)
@@ -470,7 +550,11 @@ static int f_indent(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out
     if (w && w->kind == JV_STR) tern_str_append(&ind, w->u.s->data, w->u.s->len);
     else
         for (int64_t i = 0; i < width && i < 1024; i++) tern_str_appendc(&ind, ' ');
-    if (want_str(rt, v, &v)) goto fail;
+    if (v.kind != JV_STR) { /* `s += "\n"` comes first */
+        if (v.kind == JV_UNDEF) jinja_undef_fail(rt, v);
+        else jrt_fail(rt, "unsupported operand type(s) for +=: '%s' and 'str'", jv_type_name(v));
+        goto fail;
+    }
     struct jv nl, withnl;
     if (jv_str(&rt->arena, "\n", 1, &nl) || jinja_binop(rt, '+', v, nl, &withnl) ||
         jinja_str_splitlines(rt, withnl, false, &lines))
@@ -560,24 +644,35 @@ static int f_abs(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out)
     return 0;
 }
 
+/* jinja2's do_batch step by step: a new batch starts when the current one
+ * holds exactly `linecount` items (so 0 starts with an empty batch, and a
+ * negative count never splits); the last is padded with fill_with. */
 static int f_batch(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out)
 {
-    struct jlist *l, *r, *cur = NULL;
+    struct jlist *l, *r, *cur;
+    const char *err;
     struct jv *cnt = jargs_get(a, 0, "linecount"), *fill = jargs_get(a, 1, "fill_with");
-    if (!cnt || cnt->kind != JV_INT || cnt->u.i <= 0) return jrt_fail(rt, "batch needs a positive count");
-    if (jinja_iterate(rt, v, &l)) return -1;
-    if (!(r = jlist_new(&rt->arena, 0))) return jrt_oom(rt);
+    if (!cnt) return jrt_fail(rt, "batch needs a linecount");
+    if (gen_input(rt, v, &l, &err)) return -1;
+    if (!(r = jlist_new(&rt->arena, 0)) || !(cur = jlist_new(&rt->arena, 0))) return jrt_oom(rt);
     for (size_t i = 0; i < l->n; i++) {
-        if (!cur || (int64_t)cur->n == cnt->u.i) {
-            if (!(cur = jlist_new(&rt->arena, 0)) || jlist_push(&rt->arena, r, list_value(cur, false)))
+        if (jv_equal(jv_int((int64_t)cur->n), *cnt)) {
+            if (jlist_push(&rt->arena, r, list_value(cur, false)) ||
+                !(cur = jlist_new(&rt->arena, 0)))
                 return jrt_oom(rt);
         }
         if (jlist_push(&rt->arena, cur, l->items[i])) return jrt_oom(rt);
     }
-    while (fill && cur && (int64_t)cur->n < cnt->u.i)
-        if (jlist_push(&rt->arena, cur, *fill)) return jrt_oom(rt);
-    *out = list_value(r, false);
-    return 0;
+    if (cur->n) {
+        int c = 0;
+        while (fill && fill->kind != JV_NONE) { /* len(tmp) < linecount */
+            if (jinja_compare(rt, jv_int((int64_t)cur->n), *cnt, &c)) return -1;
+            if (c >= 0) break;
+            if (jlist_push(&rt->arena, cur, *fill)) return jrt_oom(rt);
+        }
+        if (jlist_push(&rt->arena, r, list_value(cur, false))) return jrt_oom(rt);
+    }
+    return jinja_gen(rt, "generator", "do_batch", r, err, out);
 }
 
 static int f_center(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out)
@@ -611,11 +706,17 @@ static int f_format(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out
     return jinja_binop(rt, '%', v, list_value(l, true), out);
 }
 
+/* An attribute only: a dict's keys are items, not attributes, so
+ * `{'a': 1}|attr('a')` is undefined while `|attr('items')` is the method. */
 static int f_attr(struct jrt *rt, struct jv v, struct jargs *a, struct jv *out)
 {
     struct jv *name = jargs_get(a, 0, "name");
+    bool found;
     if (!name || name->kind != JV_STR) return jrt_fail(rt, "attr needs a name");
-    return jinja_getattr(rt, v, name->u.s->data, name->u.s->len, out);
+    if (v.kind != JV_DICT) return jinja_getattr(rt, v, name->u.s->data, name->u.s->len, out);
+    if (jinja_method(rt, v, name->u.s->data, out, &found)) return -1;
+    if (!found) *out = jinja_undef(rt, "'dict object' has no attribute '%s'", name->u.s->data);
+    return 0;
 }
 
 static const struct {

@@ -228,9 +228,32 @@ int jinja_compare(struct jrt *rt, struct jv a, struct jv b, int *cmp)
                     jv_type_name(b));
 }
 
+static int check_hashable(struct jrt *rt, struct jv v, int depth)
+{
+    if (v.kind == JV_DICT || (v.kind == JV_LIST && !(v.flags & JV_F_TUPLE)))
+        return jrt_fail(rt, "unhashable type: '%s'", jv_type_name(v));
+    if (v.kind != JV_LIST) return 0;
+    if (depth > JINJA_MAX_DEPTH) return jrt_fail(rt, "tuple nested too deeply to hash");
+    for (size_t i = 0; i < v.u.l->n; i++)
+        if (check_hashable(rt, v.u.l->items[i], depth + 1)) return -1;
+    return 0;
+}
+
+int jinja_check_hashable(struct jrt *rt, struct jv v)
+{
+    return check_hashable(rt, v, 0);
+}
+
 static int contains(struct jrt *rt, struct jv item, struct jv seq, bool *out)
 {
     switch (seq.kind) {
+    case JV_GEN: { /* consumes up to the first equal item, as Python does */
+        struct jgen *g = seq.u.g;
+        *out = false;
+        while (g->pos < g->items->n && !*out) *out = jv_equal(item, g->items->items[g->pos++]);
+        if (!*out && g->err) return jrt_fail(rt, "%s", g->err);
+        return 0;
+    }
     case JV_UNDEF: *out = false; return 0;
     case JV_STR:
         if (item.kind != JV_STR)
@@ -244,7 +267,10 @@ static int contains(struct jrt *rt, struct jv item, struct jv seq, bool *out)
         for (size_t i = 0; i < seq.u.l->n && !*out; i++) *out = jv_equal(item, seq.u.l->items[i]);
         return 0;
     case JV_DICT:
-    case JV_NS: *out = jdict_find(seq.u.d, item) >= 0; return 0;
+    case JV_NS:
+        if (jinja_check_hashable(rt, item)) return -1;
+        *out = jdict_find(seq.u.d, item) >= 0;
+        return 0;
     default:
         return jrt_fail(rt, "argument of type '%s' is not iterable", jv_type_name(seq));
     }

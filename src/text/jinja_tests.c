@@ -80,19 +80,24 @@ int jinja_test(struct jrt *rt, const char *name, struct jv v, struct jargs *a, b
     else if (!strcmp(name, "integer")) *out = k == JV_INT;
     else if (!strcmp(name, "float")) *out = k == JV_FLOAT;
     else if (!strcmp(name, "mapping")) *out = k == JV_DICT;
-    else if (!strcmp(name, "iterable")) *out = k == JV_UNDEF || k == JV_STR || k == JV_LIST || k == JV_DICT;
-    else if (!strcmp(name, "sequence")) *out = k == JV_STR || k == JV_LIST || k == JV_DICT;
+    else if (!strcmp(name, "iterable"))
+        *out = k == JV_UNDEF || k == JV_STR || k == JV_LIST || k == JV_DICT || k == JV_GEN;
+    else if (!strcmp(name, "sequence")) /* len() and [] work: Undefined has both */
+        *out = k == JV_UNDEF || k == JV_STR || k == JV_LIST || k == JV_DICT;
     else if (!strcmp(name, "boolean")) *out = k == JV_BOOL;
     else if (!strcmp(name, "true")) *out = k == JV_BOOL && v.u.b;
     else if (!strcmp(name, "false")) *out = k == JV_BOOL && !v.u.b;
-    else if (!strcmp(name, "callable")) *out = k == JV_FUNC;
+    else if (!strcmp(name, "callable")) /* Undefined has __call__ */
+        *out = k == JV_FUNC || k == JV_UNDEF;
     else if (!strcmp(name, "escaped")) *out = false;
     else if (!strcmp(name, "odd") || !strcmp(name, "even")) return int_test(rt, name, v, out);
     else if (!strcmp(name, "lower")) return case_test(rt, v, 'L', out);
     else if (!strcmp(name, "upper")) return case_test(rt, v, 'U', out);
-    else if (!strcmp(name, "filter")) *out = k == JV_STR && jinja_has_filter(v.u.s->data);
-    else if (!strcmp(name, "test")) *out = k == JV_STR && jinja_has_test(v.u.s->data);
-    else if (!strcmp(name, "divisibleby")) {
+    else if (!strcmp(name, "filter") || !strcmp(name, "test")) { /* `value in env.filters` */
+        if (jinja_check_hashable(rt, v)) return -1;
+        *out = k == JV_STR &&
+               (name[0] == 'f' ? jinja_has_filter(v.u.s->data) : jinja_has_test(v.u.s->data));
+    } else if (!strcmp(name, "divisibleby")) {
         if (arg0(rt, a, name, &b)) return -1;
         if ((k != JV_INT && k != JV_BOOL) || (b.kind != JV_INT && b.kind != JV_BOOL))
             return jrt_fail(rt, "divisibleby needs integers");
@@ -106,7 +111,8 @@ int jinja_test(struct jrt *rt, const char *name, struct jv v, struct jargs *a, b
         if (arg0(rt, a, name, &b)) return -1;
         *out = v.kind == b.kind &&
                (k == JV_NONE || k == JV_UNDEF || (k == JV_BOOL && v.u.b == b.u.b) ||
-                ((k == JV_STR || k == JV_LIST || k == JV_DICT || k == JV_NS || k == JV_FUNC) &&
+                ((k == JV_STR || k == JV_LIST || k == JV_DICT || k == JV_NS || k == JV_FUNC ||
+                  k == JV_GEN) &&
                  v.u.l == b.u.l) ||
                 (k == JV_INT && v.u.i == b.u.i && v.u.i >= -5 && v.u.i <= 256));
     } else {

@@ -177,7 +177,7 @@ bool jv_truthy(struct jv v)
     case JV_STR: return v.u.s->len != 0;
     case JV_LIST: return v.u.l->n != 0;
     case JV_DICT: return v.u.d->n != 0;
-    default: return true;
+    default: return true; /* namespaces, functions, generators */
     }
 }
 
@@ -232,6 +232,7 @@ static bool equal_depth(struct jv a, struct jv b, int depth)
         return true;
     case JV_NS: return a.u.d == b.u.d;
     case JV_FUNC: return a.u.fn == b.u.fn;
+    case JV_GEN: return a.u.g == b.u.g;
     default: return false;
     }
 }
@@ -249,6 +250,7 @@ const char *jv_type_name(struct jv v)
     case JV_DICT: return "dict";
     case JV_NS: return "Namespace";
     case JV_FUNC: return "function";
+    case JV_GEN: return v.u.g->type;
     }
     return "object";
 }
@@ -421,6 +423,10 @@ static int append_str_depth(struct tern_str *out, struct jv v, int depth)
         break;
     case JV_FUNC:
         st = tern_str_appendf(out, "<function %s>", v.u.fn->name ? v.u.fn->name : "?");
+        break;
+    case JV_GEN: /* Python's repr without the address */
+        if (v.u.g->func) st = tern_str_appendf(out, "<%s object %s>", v.u.g->type, v.u.g->func);
+        else st = tern_str_appendf(out, "<%s object>", v.u.g->type);
         break;
     }
     return st == TERN_OK ? 0 : -1;

@@ -2,7 +2,8 @@
  * test_jinja_api.c — the chat-template API around the interpreter: finding a
  * model's template (chat_template.jinja first, else tokenizer_config.json's
  * string or named-list form), error messages that name the template line,
- * the bounds on hostile templates, and `tern render`.
+ * the messages of filters misused on none, undefined and generators, the
+ * bounds on hostile templates, and `tern render`.
  */
 #include "testutil.h"
 
@@ -115,6 +116,39 @@ static void test_errors_and_bounds(void **state)
     expect_error(deep, "{}", "nested too deeply");
 }
 
+static void expect_render(const char *src, const char *ctx, const char *want)
+{
+    struct tern_chat_template *t = NULL;
+    assert_int_equal(tern_chat_template_create(src, strlen(src), &t), TERN_OK);
+    char *out = render(t, ctx);
+    assert_string_equal(out, want);
+    tern_free_buf(out);
+    tern_chat_template_destroy(t);
+}
+
+/* Outputs are held to jinja2 by the goldens; these pin the messages, which
+ * the goldens only require to be errors. */
+static void test_none_and_generators(void **state)
+{
+    const char *none = "{\"tools\": null}";
+    expect_render("{{ tools|selectattr('type', 'eq', 'function')|map(attribute='function')|list }}"
+                  "{{ tools|rejectattr('type')|list|length }}{{ 'T' if tools|select }}",
+                  none, "[]0T");
+    expect_error("a\n{% for t in tools %}{% endfor %}", none, "line 2: 'NoneType' object is not iterable");
+    expect_error("{{ tools|length }}", none, "object of type 'NoneType' has no len()");
+    expect_error("{{ tools|last }}", none, "'NoneType' object is not reversible");
+    expect_error("{{ tools|indent }}", none, "unsupported operand type(s) for +=: 'NoneType' and 'str'");
+    expect_error("{{ tools|dictsort }}", none, "'NoneType' object has no attribute 'items'");
+    expect_error("{{ tools|items|list }}", none, "Can only get item pairs from a mapping.");
+    expect_error("{{ nothing|int }}", "{}", "'nothing' is undefined");
+    expect_error("{{ [1]|select|length }}", "{}", "object of type 'generator' has no len()");
+    expect_error("{{ [1]|reverse|last }}", "{}", "'list_reverseiterator' object is not reversible");
+    expect_error("{% set g = 5|select %}{{ 'T' if g }}{{ g|list }}", "{}", "'int' object is not iterable");
+    expect_error("{% set g = [{}]|map(attribute='a.b') %}{{ 'T' if g }}{{ g|first }}", "{}",
+                 "'dict object' has no attribute 'a'");
+    expect_error("{{ [[1]]|unique|list }}", "{}", "unhashable type: 'list'");
+}
+
 static void test_strftime_now(void **state)
 {
     struct tern_chat_template *t = NULL;
@@ -162,6 +196,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_load),
         cmocka_unit_test(test_errors_and_bounds),
+        cmocka_unit_test(test_none_and_generators),
         cmocka_unit_test(test_strftime_now),
         cmocka_unit_test(test_cli),
     };
