@@ -184,46 +184,65 @@ static enum tern_status read_layer_types(const struct tern_json_doc *cfg, struct
     return TERN_OK;
 }
 
-enum tern_status tern_hparams_read_common(const struct tern_json_doc *cfg, bool tied_def,
-                                          double eps_def, struct tern_hparams *hp)
+/* A key with a default when d > 0, required otherwise. */
+static enum tern_status read_int_def(const struct tern_json_doc *cfg, const char *key, int64_t d,
+                                     int32_t *out)
+{
+    return d > 0 ? read_int_opt(cfg, key, d, out) : read_int(cfg, key, out);
+}
+
+enum tern_status tern_hparams_read_common(const struct tern_json_doc *cfg,
+                                          const struct tern_hparams_defaults *d,
+                                          struct tern_hparams *hp)
 {
     memset(hp, 0, sizeof *hp);
-    TERN_TRY(read_int(cfg, "num_hidden_layers", &hp->num_hidden_layers));
+    TERN_TRY(read_int_def(cfg, "num_hidden_layers", d->num_hidden_layers, &hp->num_hidden_layers));
     if (hp->num_hidden_layers > TERN_MAX_LAYERS)
         return tern_error(TERN_E_UNSUPPORTED, "%s: num_hidden_layers %d is more than %d",
                           cfg->path, hp->num_hidden_layers, TERN_MAX_LAYERS);
-    TERN_TRY(read_int(cfg, "hidden_size", &hp->hidden_size));
-    TERN_TRY(read_int(cfg, "intermediate_size", &hp->intermediate_size));
-    TERN_TRY(read_int(cfg, "num_attention_heads", &hp->num_attention_heads));
-    TERN_TRY(read_int_opt(cfg, "num_key_value_heads", hp->num_attention_heads,
+    TERN_TRY(read_int_def(cfg, "hidden_size", d->hidden_size, &hp->hidden_size));
+    TERN_TRY(read_int_def(cfg, "intermediate_size", d->intermediate_size, &hp->intermediate_size));
+    TERN_TRY(read_int_def(cfg, "num_attention_heads", d->num_attention_heads,
+                          &hp->num_attention_heads));
+    TERN_TRY(read_int_opt(cfg, "num_key_value_heads",
+                          d->num_key_value_heads ? d->num_key_value_heads : hp->num_attention_heads,
                           &hp->num_key_value_heads));
-    TERN_TRY(read_int(cfg, "vocab_size", &hp->vocab_size));
-    TERN_TRY(read_int_opt(cfg, "max_position_embeddings", 4096, &hp->max_position_embeddings));
+    TERN_TRY(read_int_def(cfg, "vocab_size", d->vocab_size, &hp->vocab_size));
+    TERN_TRY(read_int_opt(cfg, "max_position_embeddings",
+                          d->max_position_embeddings ? d->max_position_embeddings : 4096,
+                          &hp->max_position_embeddings));
     if (hp->num_attention_heads % hp->num_key_value_heads)
         return tern_error(TERN_E_FORMAT,
                           "%s: num_attention_heads (%d) must be a multiple of "
                           "num_key_value_heads (%d)",
                           cfg->path, hp->num_attention_heads, hp->num_key_value_heads);
     int64_t hd;
-    TERN_TRY(tern_cfg_int_opt(cfg, "head_dim", hp->hidden_size / hp->num_attention_heads, &hd));
+    TERN_TRY(tern_cfg_int_opt(cfg, "head_dim",
+                              d->head_dim ? d->head_dim : hp->hidden_size / hp->num_attention_heads,
+                              &hd));
     TERN_TRY(positive(cfg, "head_dim", hd, &hp->head_dim));
     if (hp->head_dim % 2)
         return tern_error(TERN_E_FORMAT, "%s: head_dim %d must be even", cfg->path, hp->head_dim);
     double eps;
-    TERN_TRY(tern_cfg_float_opt(cfg, "rms_norm_eps", eps_def, &eps));
+    TERN_TRY(tern_cfg_float_opt(cfg, "rms_norm_eps", d->rms_norm_eps > 0 ? d->rms_norm_eps : 1e-6,
+                                &eps));
     if (!(eps > 0 && eps < 1))
         return tern_error(TERN_E_FORMAT, "%s: rms_norm_eps must be in (0, 1), got %g", cfg->path,
                           eps);
     hp->rms_norm_eps = (float)eps;
-    TERN_TRY(tern_cfg_bool_opt(cfg, "tie_word_embeddings", tied_def, &hp->tie_word_embeddings));
+    TERN_TRY(tern_cfg_bool_opt(cfg, "tie_word_embeddings", d->tie_word_embeddings,
+                               &hp->tie_word_embeddings));
     hp->n_ropes = 1;
-    TERN_TRY(tern_rope_cfg_read(cfg, NULL, "rope_theta", 10000.0, &hp->ropes[0]));
+    TERN_TRY(tern_rope_cfg_read(cfg, NULL, "rope_theta", d->rope_theta > 0 ? d->rope_theta : 1e4,
+                                &hp->ropes[0]));
     TERN_TRY(read_layer_types(cfg, hp));
     hp->bos_token_id = -1;
     int32_t n = 0, bos[1];
     read_token_ids(cfg->root, "bos_token_id", bos, 1, &n);
     if (n) hp->bos_token_id = bos[0];
+    else if (d->bos_token_id > 0) hp->bos_token_id = d->bos_token_id;
     read_token_ids(cfg->root, "eos_token_id", hp->eos_token_ids, 8, &hp->n_eos);
+    if (!hp->n_eos && d->eos_token_id > 0) hp->eos_token_ids[hp->n_eos++] = d->eos_token_id;
     return TERN_OK;
 }
 

@@ -73,15 +73,29 @@ extern const struct tern_family tern_family_llama;
 extern const struct tern_family tern_family_gemma;
 extern const struct tern_family tern_family_gemma4;
 
+/* A family's defaults for the shared keys (transformers' config class
+ * defaults), for keys a snapshot may leave out (multimodal wrappers'
+ * text_config do). 0 / false: the key is required (numbers), or the
+ * generic default (head_dim hidden / heads, eps 1e-6, rope_theta 1e4,
+ * max_position_embeddings 4096, kv heads = heads). */
+struct tern_hparams_defaults {
+    int32_t num_hidden_layers, hidden_size, intermediate_size, num_attention_heads;
+    int32_t num_key_value_heads, head_dim, vocab_size, max_position_embeddings;
+    double rms_norm_eps, rope_theta;
+    bool tie_word_embeddings;
+    int32_t bos_token_id, eos_token_id; /* 0: none */
+};
+
 /* The keys every family shares: num_hidden_layers, hidden_size,
  * intermediate_size, num_attention_heads, num_key_value_heads, head_dim,
- * vocab_size, max_position_embeddings, rms_norm_eps (default eps_def),
- * tie_word_embeddings (default tied_def), the main rope as ropes[0],
+ * vocab_size, max_position_embeddings, rms_norm_eps, tie_word_embeddings,
+ * the main rope as ropes[0] (theta key rope_theta),
  * layer_types (has_layer_types, layer_sliding: "sliding_attention" or
  * "full_attention", anything else an error naming the entry) and bos/eos
  * ids. */
-enum tern_status tern_hparams_read_common(const struct tern_json_doc *cfg, bool tied_def,
-                                          double eps_def, struct tern_hparams *hp);
+enum tern_status tern_hparams_read_common(const struct tern_json_doc *cfg,
+                                          const struct tern_hparams_defaults *d,
+                                          struct tern_hparams *hp);
 
 /* Reads a rope from config.json: rope_scaling (transformers 4) or
  * rope_parameters (5); `section` non-NULL reads rope_parameters[section]

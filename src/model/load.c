@@ -525,7 +525,8 @@ static enum tern_status bind_model(struct loader *L)
     int64_t LP = (int64_t)hp->per_layer_dim * hp->num_hidden_layers;
     TERN_TRY(bind_kind(L, TT_EMBED, -1, V, E, false, &w->embed_tokens));
     if (hp->per_layer_dim) {
-        TERN_TRY(bind_kind(L, TT_EMBED_PER_LAYER, -1, V, LP, false, &w->embed_per_layer));
+        TERN_TRY(bind_kind(L, TT_EMBED_PER_LAYER, -1, hp->per_layer_vocab, LP, false,
+                           &w->embed_per_layer));
         TERN_TRY(bind_kind(L, TT_PLI_MODEL_PROJ, -1, LP, E, false, &w->pli_model_proj));
         TERN_TRY(bind_norm(L, TT_PLI_PROJ_NORM, -1, hp->per_layer_dim, &w->pli_proj_norm));
     }

@@ -117,6 +117,7 @@ struct tern_hparams {
     float final_softcap;    /* logits = c * tanh(logits / c) (0: none) */
     bool norm_plus_one;     /* every RMSNorm weight applies as (1 + w) (Gemma) */
     int32_t per_layer_dim;  /* Gemma 4 per-layer inputs: width per layer (0: none) */
+    int32_t per_layer_vocab; /* rows of their embedding table */
     int32_t sliding_window; /* the sliding layers' window in tokens (0: none) */
     bool has_layer_types;   /* config.json lists layer_types: layer_sliding holds it */
     uint8_t layer_sliding[TERN_MAX_LAYERS]; /* 1: layer i is a sliding-window layer */

@@ -27,7 +27,8 @@ static enum tern_status read_hparams(const struct tern_json_doc *cfg, int varian
                                      struct tern_hparams *hp, void *fhp)
 {
     struct llama_hparams *fh = fhp;
-    TERN_TRY(tern_hparams_read_common(cfg, false, 1e-6, hp));
+    static const struct tern_hparams_defaults defaults = {0};
+    TERN_TRY(tern_hparams_read_common(cfg, &defaults, hp));
     bool ab;
     TERN_TRY(tern_cfg_bool_opt(cfg, "attention_bias", false, &ab));
     fh->qkv_bias = ab || variant == V_QWEN2;
