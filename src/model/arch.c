@@ -11,16 +11,24 @@
 #include <math.h>
 #include <string.h>
 
-/* The llama.c variants (enum in arch/llama.c). */
+/* The variants, in each family file's order: arch/llama.c, arch/gemma.c,
+ * arch/gemma4.c. */
 enum { V_LLAMA, V_MISTRAL, V_QWEN2, V_QWEN3 };
-/* The gemma.c variants. */
-enum { V_GEMMA, V_GEMMA2, V_GEMMA3 };
+enum { V_GEMMA, V_GEMMA2, V_GEMMA3, V_GEMMA3_MM };
+enum { V_GEMMA4_TEXT, V_GEMMA4_WRAPPER, V_GEMMA4_UNIFIED };
 
 static const struct tern_arch arch_table[] = {
     {"LlamaForCausalLM", &tern_family_llama, V_LLAMA},
     {"MistralForCausalLM", &tern_family_llama, V_MISTRAL},
     {"Qwen2ForCausalLM", &tern_family_llama, V_QWEN2},
     {"Qwen3ForCausalLM", &tern_family_llama, V_QWEN3},
+    {"GemmaForCausalLM", &tern_family_gemma, V_GEMMA},
+    {"Gemma2ForCausalLM", &tern_family_gemma2, V_GEMMA2},
+    {"Gemma3ForCausalLM", &tern_family_gemma2, V_GEMMA3},
+    {"Gemma3ForConditionalGeneration", &tern_family_gemma2, V_GEMMA3_MM},
+    {"Gemma4ForCausalLM", &tern_family_gemma4, V_GEMMA4_TEXT},
+    {"Gemma4ForConditionalGeneration", &tern_family_gemma4, V_GEMMA4_WRAPPER},
+    {"Gemma4UnifiedForConditionalGeneration", &tern_family_gemma4, V_GEMMA4_UNIFIED},
 };
 
 const struct tern_arch *tern_arch_find(const char *hf_name)
@@ -82,6 +90,21 @@ static void read_token_ids(const json_t *root, const char *key, int32_t *ids, in
     }
 }
 
+enum tern_status tern_cfg_softcap(const struct tern_json_doc *cfg, const char *key, double def,
+                                  float *out)
+{
+    double v;
+    const json_t *j = json_object_get(cfg->root, key);
+    if (j && json_is_null(j)) {
+        *out = 0;
+        return TERN_OK;
+    }
+    TERN_TRY(tern_cfg_float_opt(cfg, key, def, &v));
+    if (v < 0) return tern_error(TERN_E_FORMAT, "%s: %s must be positive, got %g", cfg->path, key, v);
+    *out = (float)v;
+    return TERN_OK;
+}
+
 enum tern_status tern_rope_cfg_read(const struct tern_json_doc *cfg, const char *section,
                                     const char *theta_key, double theta_def,
                                     struct tern_rope_cfg *rc)
@@ -102,8 +125,13 @@ enum tern_status tern_rope_cfg_read(const struct tern_json_doc *cfg, const char 
         if (json_is_object(sub)) rs = sub;
         else snprintf(name, sizeof name, "%s", base);
     }
-    TERN_TRY(tern_cfg_float_opt(cfg, theta_key, theta_def, &rc->theta));
-    TERN_TRY(tern_cfg_float_opt(cfg, "partial_rotary_factor", 1.0, &rc->partial_rotary_factor));
+    rc->theta = theta_def;
+    rc->partial_rotary_factor = 1.0;
+    if (theta_key) { /* the top-level keys, unless the family reads the rope object alone */
+        TERN_TRY(tern_cfg_float_opt(cfg, theta_key, theta_def, &rc->theta));
+        TERN_TRY(tern_cfg_float_opt(cfg, "partial_rotary_factor", 1.0,
+                                    &rc->partial_rotary_factor));
+    }
     rc->kind = TERN_ROPE_DEFAULT;
     rc->factor = 1.0;
     int64_t max_pos;
@@ -289,6 +317,7 @@ void tern_rope_inv_freq(const struct tern_rope_cfg *rc, int32_t head_dim, int32_
         int rot_pairs = (int)(rc->partial_rotary_factor * head_dim) / 2;
         for (int i = 0; i < half; i++)
             inv[i] = i < rot_pairs ? 1.0f / powf(base, (float)(2 * i) / (float)head_dim) : 0.0f;
+        for (int i = 0; i < half; i++) inv[i] = inv[i] / (float)rc->factor;
         break;
     }
     case TERN_ROPE_LINEAR:

@@ -70,7 +70,8 @@ struct tern_family {
 };
 
 extern const struct tern_family tern_family_llama;
-extern const struct tern_family tern_family_gemma;
+extern const struct tern_family tern_family_gemma;  /* Gemma 1 */
+extern const struct tern_family tern_family_gemma2; /* Gemma 2, 3 */
 extern const struct tern_family tern_family_gemma4;
 
 /* A family's defaults for the shared keys (transformers' config class
@@ -101,11 +102,18 @@ enum tern_status tern_hparams_read_common(const struct tern_json_doc *cfg,
  * rope_parameters (5); `section` non-NULL reads rope_parameters[section]
  * (transformers 5 keeps one per layer type there: "full_attention",
  * "sliding_attention"); theta_key names the top-level theta key for that
- * rope ("rope_theta", "rope_local_base_freq"), theta_def its default. */
+ * rope ("rope_theta", "rope_local_base_freq"), theta_def its default;
+ * theta_key NULL: no top-level key counts (theta and partial_rotary_factor
+ * come from the rope object or the defaults). */
 enum tern_status tern_rope_cfg_read(const struct tern_json_doc *cfg, const char *section,
                                     const char *theta_key, double theta_def,
                                     struct tern_rope_cfg *rc);
 
+
+/* A softcap key (attn_logit_softcapping, final_logit_softcapping): def when
+ * absent, 0 (none) when null, else a positive value. */
+enum tern_status tern_cfg_softcap(const struct tern_json_doc *cfg, const char *key, double def,
+                                  float *out);
 
 /* A plan's attention defaults from the common hyperparameters: heads, kv
  * heads, head_dim, scale 1/sqrt(head_dim), rope 0, no window, the layer's own

@@ -199,6 +199,9 @@ static enum tern_status plan_model(const struct tern_json_doc *top, struct tern_
     m->family_hp = tern_calloc(1, fam->hparams_bytes ? fam->hparams_bytes : 1);
     if (!m->family_hp) return TERN_E_NO_MEMORY;
     TERN_TRY(fam->read_hparams(&cfg, m->arch->variant, &m->hp, m->family_hp));
+    /* An MLX snapshot (mlx_lm.convert writes "quantization") is mlx-lm's model. */
+    if (m->hp.embed_scale_bf16_mlx && json_is_object(json_object_get(top->root, "quantization")))
+        m->hp.embed_scale = tern_bf16_to_f32(tern_f32_to_bf16(m->hp.embed_scale));
     m->plans = tern_calloc((size_t)m->hp.num_hidden_layers, sizeof *m->plans);
     if (!m->plans) return TERN_E_NO_MEMORY;
     for (int32_t l = 0; l < m->hp.num_hidden_layers; l++) {

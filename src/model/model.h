@@ -114,6 +114,7 @@ struct tern_hparams {
     float rms_norm_eps;
     bool tie_word_embeddings;
     float embed_scale;      /* embeddings times this (0: not scaled) */
+    bool embed_scale_bf16_mlx; /* mlx-lm rounds it to bf16 (its gemma3): so do MLX snapshots */
     float final_softcap;    /* logits = c * tanh(logits / c) (0: none) */
     bool norm_plus_one;     /* every RMSNorm weight applies as (1 + w) (Gemma) */
     int32_t per_layer_dim;  /* Gemma 4 per-layer inputs: width per layer (0: none) */
