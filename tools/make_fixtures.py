@@ -207,6 +207,12 @@ GEMMA_FIXTURES = [
         "name": "tiny-gemma3-mm", "arch": (Gemma3Config, Gemma3ForConditionalGeneration),
         "dtype": torch.bfloat16, "seed": 10500, "style": "gemma3-legacy", "norm": "1+w",
         "text_from": "tiny-gemma3",
+        # Published Gemma 3 wrappers leave out of text_config the keys that have their default.
+        "text_json": {k: None for k in (
+            "rope_theta", "rope_local_base_freq", "rms_norm_eps", "hidden_activation", "attention_bias",
+            "attention_dropout", "attn_logit_softcapping", "final_logit_softcapping", "bos_token_id",
+            "eos_token_id", "pad_token_id", "tie_word_embeddings", "use_bidirectional_attention",
+            "use_cache", "initializer_range")},
         "config": dict(text_config=GEMMA3_TEXT, mm_tokens_per_image=4, boi_token_index=192,
                        eoi_token_index=193, image_token_index=194, tie_word_embeddings=True,
                        vision_config=dict(model_type="siglip_vision_model", hidden_size=32,

@@ -18,6 +18,9 @@ tokenizer files and model card it adds (tern does not need them here), plus:
   golden/greedy_logits.npy  f32   [32, vocab]        row i = the logits that chose greedy[i]
   golden/meta.json          versions, recipe, checks
 
+The cached decode (sliding-window layers through mlx-lm's RotatingKVCache) must
+agree with one uncached forward over prompt + greedy, or the script stops.
+
 The oracle runs the quantized model with every floating parameter (norms, any
 unquantized weights, and the quantization scales and biases) widened to
 float32. Widening bf16/f16 to f32 is exact, so the dequantized weights
