@@ -27,6 +27,7 @@ trivial, when some greedy step's top-2 logit gap is razor-thin, or when a
 bfloat16-compute run of the same model would pick a different token.
 """
 
+import copy
 import json
 import os
 import re
@@ -36,7 +37,12 @@ import sys
 import numpy as np
 import torch
 import transformers
-from transformers import (AutoModelForCausalLM, GenerationConfig, LlamaConfig, LlamaForCausalLM,
+from safetensors.torch import load_file
+from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma2ForCausalLM, Gemma3Config,
+                          Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Gemma3TextConfig,
+                          Gemma4Config, Gemma4ForCausalLM, Gemma4ForConditionalGeneration,
+                          Gemma4TextConfig, Gemma4UnifiedConfig, Gemma4UnifiedForConditionalGeneration,
+                          GemmaConfig, GemmaForCausalLM, GenerationConfig, LlamaConfig, LlamaForCausalLM,
                           MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
                           Qwen3Config, Qwen3ForCausalLM)
 
@@ -126,31 +132,171 @@ FIXTURES = [
     },
 ]
 
+# The Gemma family. Keys beyond the llama-family ones above:
+#   "norm":        "1+w" (Gemma 1-3 RMSNorm multiplies by 1 + weight: weights drawn around 0) or
+#                  "w" (Gemma 4: weights drawn around 1)
+#   "layer_scalar": draw each decoder layer's `layer_scalar` buffer (Gemma 4) instead of leaving 1
+#   "text_json":   overrides applied to the text part of config.json (text_config in a wrapper)
+#   "text_from":   a multimodal wrapper whose text tower is that fixture's weights, re-saved under
+#                  the wrapper's names; its prompt and goldens must reproduce that fixture's
+# Style "gemma3-legacy" writes the Gemma 3 layout of published snapshots: rope_theta (global
+# layers), rope_local_base_freq (sliding layers), rope_scaling (global layers only),
+# sliding_window_pattern instead of layer_types, torch_dtype.
+S, F = "sliding_attention", "full_attention"
+GEMMA3_TEXT = dict(vocab_size=192, hidden_size=96, intermediate_size=32, num_hidden_layers=4,
+                   num_attention_heads=2, num_key_value_heads=1, head_dim=16, query_pre_attn_scalar=48,
+                   sliding_window=12, sliding_window_pattern=3, rope_theta=1000000.0,
+                   rope_local_base_freq=10000.0, rope_scaling={"rope_type": "linear", "factor": 8.0},
+                   max_position_embeddings=1024, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                   bos_token_id=2, eos_token_id=1, pad_token_id=0)
+GEMMA4_TEXT = dict(vocab_size=192, hidden_size=64, intermediate_size=32, num_hidden_layers=6,
+                   num_attention_heads=2, num_key_value_heads=2, head_dim=16, global_head_dim=32,
+                   num_global_key_value_heads=1, attention_k_eq_v=True, layer_types=[S, S, F, S, S, F],
+                   sliding_window=8,
+                   rope_parameters={S: {"rope_type": "default", "rope_theta": 10000.0},
+                                    F: {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                        "rope_theta": 1000000.0}},
+                   num_kv_shared_layers=2, use_double_wide_mlp=True, hidden_size_per_layer_input=16,
+                   vocab_size_per_layer_input=192, final_logit_softcapping=30.0,
+                   max_position_embeddings=1024, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                   bos_token_id=2, eos_token_id=1, pad_token_id=0)
+# As published Gemma 4 snapshots write it: the global layers' shapes as global_head_dim and
+# num_global_key_value_heads, not transformers 5.24's per_layer_config.
+GEMMA4_PUBLISHED = {"global_head_dim": 32, "num_global_key_value_heads": 1, "per_layer_config": None}
+GEMMA4_PLC_TEXT = dict(vocab_size=256, hidden_size=48, intermediate_size=64, num_hidden_layers=4,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=12, layer_types=[S, F, S, F],
+                       per_layer_config={1: {"head_dim": 24, "num_key_value_heads": 1},
+                                         3: {"head_dim": 24, "num_key_value_heads": 1}},
+                       attention_k_eq_v=False, sliding_window=8,
+                       rope_parameters={S: {"rope_type": "default", "rope_theta": 10000.0},
+                                        F: {"rope_type": "proportional", "partial_rotary_factor": 0.5,
+                                            "rope_theta": 1000000.0}},
+                       final_logit_softcapping=30.0, max_position_embeddings=1024, rms_norm_eps=1e-6,
+                       tie_word_embeddings=True, bos_token_id=2, eos_token_id=1, pad_token_id=0)
+
+GEMMA_FIXTURES = [
+    {
+        "name": "tiny-gemma", "arch": (GemmaConfig, GemmaForCausalLM), "dtype": torch.bfloat16,
+        "seed": 8000, "style": "legacy", "prompt_len": 24, "norm": "1+w", "embed_std": 0.05,
+        "config": dict(vocab_size=256, hidden_size=40, intermediate_size=96, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=1, head_dim=24,
+                       max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=10000.0,
+                       tie_word_embeddings=True, bos_token_id=2, eos_token_id=1, pad_token_id=0),
+        # Published Gemma 1 snapshots say "gelu"; transformers reads it as the tanh approximation.
+        "config_json": {"hidden_act": "gelu"},
+    },
+    {
+        "name": "tiny-gemma2", "arch": (Gemma2Config, Gemma2ForCausalLM), "dtype": torch.bfloat16,
+        "seed": 9000, "style": "legacy", "prompt_len": 40, "norm": "1+w", "embed_std": 0.05,
+        "config": dict(vocab_size=256, hidden_size=48, intermediate_size=64, num_hidden_layers=4,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                       query_pre_attn_scalar=24, sliding_window=8, attn_logit_softcapping=3.0,
+                       final_logit_softcapping=2.0, max_position_embeddings=256, rms_norm_eps=1e-6,
+                       rope_theta=10000.0, tie_word_embeddings=True, bos_token_id=2, eos_token_id=1,
+                       pad_token_id=0),
+        # Published Gemma 2 snapshots have no layer_types (sliding = even layers) and name the
+        # activation twice; transformers reads hidden_activation.
+        "config_json": {"layer_types": None, "hidden_act": "gelu_pytorch_tanh"},
+    },
+    {
+        "name": "tiny-gemma3", "arch": (Gemma3TextConfig, Gemma3ForCausalLM), "dtype": torch.bfloat16,
+        "seed": 10000, "style": "gemma3-legacy", "prompt_len": 24, "norm": "1+w", "embed_std": 0.025,
+        "config": GEMMA3_TEXT,
+    },
+    {
+        "name": "tiny-gemma3-mm", "arch": (Gemma3Config, Gemma3ForConditionalGeneration),
+        "dtype": torch.bfloat16, "seed": 10500, "style": "gemma3-legacy", "norm": "1+w",
+        "text_from": "tiny-gemma3",
+        # Published Gemma 3 wrappers leave out of text_config the keys that have their default.
+        "text_json": {k: None for k in (
+            "rope_theta", "rope_local_base_freq", "rms_norm_eps", "hidden_activation", "attention_bias",
+            "attention_dropout", "attn_logit_softcapping", "final_logit_softcapping", "bos_token_id",
+            "eos_token_id", "pad_token_id", "tie_word_embeddings", "use_bidirectional_attention",
+            "use_cache", "initializer_range")},
+        "config": dict(text_config=GEMMA3_TEXT, mm_tokens_per_image=4, boi_token_index=192,
+                       eoi_token_index=193, image_token_index=194, tie_word_embeddings=True,
+                       vision_config=dict(model_type="siglip_vision_model", hidden_size=32,
+                                          intermediate_size=64, num_hidden_layers=1,
+                                          num_attention_heads=2, image_size=4, patch_size=2,
+                                          vision_use_head=False)),
+    },
+    {
+        "name": "tiny-gemma4", "arch": (Gemma4TextConfig, Gemma4ForCausalLM), "dtype": torch.bfloat16,
+        "seed": 11000, "style": "v5", "prompt_len": 24, "norm": "w", "layer_scalar": True, "embed_std": 0.05,
+        "qk_norm": 0.5,
+        "config": GEMMA4_TEXT, "text_json": GEMMA4_PUBLISHED,
+    },
+    {
+        "name": "tiny-gemma4-mm", "arch": (Gemma4Config, Gemma4ForConditionalGeneration),
+        "dtype": torch.bfloat16, "seed": 11500, "style": "v5", "norm": "w", "layer_scalar": True,
+        "text_from": "tiny-gemma4", "text_json": GEMMA4_PUBLISHED,
+        "config": dict(text_config=GEMMA4_TEXT, audio_config=None, boi_token_id=192, eoi_token_id=193,
+                       image_token_id=194, video_token_id=195, boa_token_id=196, eoa_token_index=197,
+                       audio_token_id=198, tie_word_embeddings=True,
+                       vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                          num_attention_heads=2, num_key_value_heads=2, head_dim=8,
+                                          patch_size=4, pooling_kernel_size=2,
+                                          position_embedding_size=64)),
+    },
+    {
+        "name": "tiny-gemma4-plc", "arch": (Gemma4TextConfig, Gemma4ForCausalLM), "dtype": torch.bfloat16,
+        "seed": 12000, "style": "v5", "prompt_len": 40, "norm": "w", "layer_scalar": True, "embed_std": 0.05,
+        "qk_norm": 0.5,
+        "config": dict(GEMMA4_PLC_TEXT, hidden_size_per_layer_input=0, vocab_size_per_layer_input=256),
+    },
+    {
+        "name": "tiny-gemma4-unified", "arch": (Gemma4UnifiedConfig, Gemma4UnifiedForConditionalGeneration),
+        "dtype": torch.bfloat16, "seed": 12500, "style": "v5", "norm": "w", "layer_scalar": True,
+        "text_from": "tiny-gemma4-plc",
+        "config": dict(text_config=dict(GEMMA4_PLC_TEXT, use_bidirectional_attention="vision"),
+                       vision_config=None, audio_config=None, boi_token_id=256, eoi_token_id=257,
+                       image_token_id=258, video_token_id=259, boa_token_id=260, eoa_token_index=261,
+                       audio_token_id=262, tie_word_embeddings=True),
+    },
+]
+
+FIXTURES += GEMMA_FIXTURES
+
 TOKENIZER_PROMPT = "Once upon a time, the quick brown fox"
 
 
-def init_weights(model, gen):
+def init_weights(model, gen, norm="w", layer_scalar=False, embed_std=None, qk_norm=None):
     """Random init, larger than HF's 0.02 so logits spread and greedy decoding is not trivial.
 
     Linear weights ~ N(0, 1/fan_in) (unit gain; o_proj and down_proj gain 2), embeddings
     ~ N(0, 0.5^2), or N(0, 0.2^2) when tied (otherwise the residual stream stays close to the
     input token's own embedding and a tied head just repeats it), biases ~ N(0, 0.2^2),
-    RMSNorm weights ~ 1 + N(0, 0.15^2).
+    RMSNorm weights ~ 1 + N(0, 0.15^2), or N(0, 0.15^2) where the norm multiplies by 1 + weight
+    (norm="1+w"), other vectors ~ 1 + N(0, 0.15^2). With layer_scalar, each `layer_scalar`
+    buffer ~ exp(N(0, 0.3^2)). `embed_std` overrides the embeddings' std (Gemma scales the
+    embedding by sqrt(hidden), so a tied 0.2 would outweigh the layers and greedy would repeat);
+    `qk_norm` the centre of q_norm / k_norm weights (Gemma 4 has no attention scale: q·k of two
+    unit-rms heads would make every softmax one-hot).
     """
-    embed_std = 0.2 if model.config.tie_word_embeddings else 0.5
+    if embed_std is None:
+        embed_std = 0.2 if model.config.tie_word_embeddings else 0.5
+    norm_center = 0.0 if norm == "1+w" else 1.0
     with torch.no_grad():
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
-            if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.15 * noise)
+            if qk_norm is not None and name.endswith(("q_norm.weight", "k_norm.weight")):
+                p.copy_(qk_norm + 0.15 * noise)
+            elif name.endswith("norm.weight"):
+                p.copy_(norm_center + 0.15 * noise)
             elif name.endswith(".bias"):
                 p.copy_(0.2 * noise)
             elif "embed_tokens" in name:
                 p.copy_(embed_std * noise)
+            elif p.dim() == 1:
+                p.copy_(1.0 + 0.15 * noise)
             elif name.endswith(("o_proj.weight", "down_proj.weight")):
                 p.copy_(2.0 * noise / np.sqrt(p.shape[1]))
             else:
                 p.copy_(noise / np.sqrt(p.shape[1]))
+        if layer_scalar:
+            for name, b in model.named_buffers():
+                if name.endswith("layer_scalar"):
+                    b.copy_(torch.exp(0.3 * torch.randn(b.shape, generator=gen, dtype=torch.float32)))
 
 
 def build_config(spec, tokenizer_ids):
@@ -162,28 +308,43 @@ def build_config(spec, tokenizer_ids):
     return config_cls(**cfg)
 
 
-def rewrite_config_json(path, style, overrides):
-    """Rewrites transformers 5's config.json into the layout published snapshots use ("legacy"),
-    then applies the fixture's overrides (None deletes a key)."""
+def rewrite_config_json(path, style, overrides, text_overrides=None):
+    """Rewrites transformers 5's config.json into the layout published snapshots use ("legacy",
+    "gemma3-legacy"), then applies the fixture's overrides (None deletes a key): `overrides` at
+    the top level, `text_overrides` in text_config (or at the top level without one)."""
     with open(path) as f:
         cfg = json.load(f)
+    text = cfg.get("text_config", cfg)
     if style == "legacy":
         rope = cfg.pop("rope_parameters", None) or {}
         cfg["rope_theta"] = rope.pop("rope_theta")
         cfg["rope_scaling"] = None if rope.get("rope_type", "default") == "default" else rope
         if "dtype" in cfg:
             cfg["torch_dtype"] = cfg.pop("dtype")
-    for key, value in overrides.items():
-        if value is None:
-            cfg.pop(key, None)
-        else:
-            cfg[key] = value
+    elif style == "gemma3-legacy":
+        rope = text.pop("rope_parameters")
+        full, local = dict(rope["full_attention"]), dict(rope["sliding_attention"])
+        text["rope_theta"] = full.pop("rope_theta")
+        text["rope_local_base_freq"] = local.pop("rope_theta")
+        text["rope_scaling"] = None if full.get("rope_type", "default") == "default" else full
+        text.pop("layer_types")
+        text.pop("_sliding_window_pattern", None)
+        assert "sliding_window_pattern" in text
+        if "dtype" in cfg:
+            cfg["torch_dtype"] = cfg.pop("dtype")
+    for target, changes in ((cfg, overrides), (text, text_overrides or {})):
+        for key, value in changes.items():
+            if value is None:
+                target.pop(key, None)
+            else:
+                target[key] = value
     with open(path, "w") as f:
         json.dump(cfg, f, indent=2, sort_keys=True)
         f.write("\n")
 
 
 def write_generation_config(path, config, eos_token_id):
+    config = config.get_text_config()
     gen = {"bos_token_id": config.bos_token_id, "eos_token_id": eos_token_id,
            "do_sample": False, "transformers_version": transformers.__version__}
     if config.pad_token_id is not None:
@@ -193,35 +354,72 @@ def write_generation_config(path, config, eos_token_id):
         f.write("\n")
 
 
+def copy_text_tower(model, source_dir):
+    """Loads a text-only fixture's weights (model.*) into a multimodal wrapper's text tower
+    (model.language_model.*); every text tower tensor must come from the source."""
+    src = load_file(os.path.join(source_dir, "model.safetensors"))
+    mapped = {"model.language_model." + k.removeprefix("model."): v.to(torch.float32)
+              for k, v in src.items()}
+    text_keys = {k for k in model.state_dict() if k.startswith("model.language_model.")}
+    if set(mapped) != text_keys:
+        raise RuntimeError(f"text tower names differ: {sorted(set(mapped) ^ text_keys)}")
+    model.load_state_dict(mapped, strict=False)
+
+
 def save_snapshot(spec, model_dir, seed, tokenizer_ids):
-    """Creates the random model and writes it as an HF snapshot; returns its config."""
+    """Creates the random model and writes it as an HF snapshot; returns its config and the
+    in-memory model (in the stored dtype)."""
     if os.path.exists(model_dir):
         shutil.rmtree(model_dir)
     os.makedirs(model_dir)
     config = build_config(spec, tokenizer_ids)
     gen = torch.Generator().manual_seed(seed)
     model = spec["arch"][1](config).to(torch.float32)
-    init_weights(model, gen)
+    init_weights(model, gen, spec.get("norm", "w"), spec.get("layer_scalar", False), spec.get("embed_std"),
+                 spec.get("qk_norm"))
+    if spec.get("text_from"):
+        copy_text_tower(model, os.path.join(OUT_DIR, spec["text_from"]))
+    # What a float32 load of the snapshot holds: parameters and persistent buffers rounded to the
+    # stored dtype, the rest (embedding scale, rotary tables) recomputed in float32.
+    mem_model = copy.deepcopy(model)
+    with torch.no_grad():
+        for t in mem_model.state_dict().values():
+            t.copy_(t.to(spec["dtype"]).to(torch.float32))
     model = model.to(spec["dtype"])
     model.save_pretrained(model_dir)
-    rewrite_config_json(os.path.join(model_dir, "config.json"), spec["style"], spec.get("config_json", {}))
-    eos = config.eos_token_id
+    rewrite_config_json(os.path.join(model_dir, "config.json"), spec["style"], spec.get("config_json", {}),
+                        spec.get("text_json"))
+    eos = config.get_text_config().eos_token_id
     if spec.get("tokenizer"):  # as in Qwen3 / Llama 3 instruct snapshots: a list of stop ids
         eos = [eos, tokenizer_ids[2]]
     write_generation_config(os.path.join(model_dir, "generation_config.json"), config, eos)
     if spec.get("tokenizer"):
         oracle_tokenizer.write_tokenizer(model_dir)
-    return config
+    return config, mem_model
 
 
 def make_prompt(spec, model_dir, config, seed):
     if spec.get("tokenizer"):
         tok = transformers.AutoTokenizer.from_pretrained(model_dir)
         return np.array(tok(TOKENIZER_PROMPT)["input_ids"], dtype=np.int32)
+    if spec.get("text_from"):
+        return np.load(os.path.join(OUT_DIR, spec["text_from"], "golden", "prompt.npy"))
+    config = config.get_text_config()
     gen = torch.Generator().manual_seed(seed + 1)
     ids = torch.randint(3, config.vocab_size, (spec["prompt_len"],), generator=gen)
     ids[0] = config.bos_token_id
     return ids.numpy().astype(np.int32)
+
+
+def snapshot_vs_memory(model, prompt, logits):
+    """max |diff| between the oracle's logits (the model read back from config.json and the
+    stored weights) and the in-memory model that wrote them: a config.json rewrite that changed
+    what the model computes shows here."""
+    model.eval()
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        mem = model(torch.from_numpy(prompt.astype(np.int64))[None]).logits[0].float().numpy()
+    return float(np.abs(mem - logits).max())
 
 
 def load(model_dir, dtype):
@@ -281,11 +479,20 @@ def check(model_dir, model, prompt, logits, greedy, greedy_logits):
 
 
 def rope_meta(model):
-    """The rotary table transformers built (what rope_theta + rope_scaling mean), for debugging."""
-    rotary = model.model.rotary_emb
-    return {"inv_freq": [float(x) for x in rotary.inv_freq.float()],
-            "attention_scaling": float(rotary.attention_scaling),
-            "note": "cos and sin are both multiplied by attention_scaling"}
+    """The rotary table transformers built (what rope_theta + rope_scaling mean), for debugging;
+    one per layer type where layer types have their own (Gemma 3 and 4)."""
+    text = model.model.language_model if hasattr(model.model, "language_model") else model.model
+    rotary = text.rotary_emb
+    if hasattr(rotary, "inv_freq"):
+        return {"inv_freq": [float(x) for x in rotary.inv_freq.float()],
+                "attention_scaling": float(rotary.attention_scaling),
+                "note": "cos and sin are both multiplied by attention_scaling"}
+    meta = {t: {"inv_freq": [float(x) for x in getattr(rotary, f"{t}_inv_freq").float()],
+                "attention_scaling": float(getattr(rotary, f"{t}_attention_scaling"))}
+            for t in sorted(set(text.config.layer_types))}
+    meta["note"] = ("per layer type; cos and sin are both multiplied by attention_scaling; "
+                    "an inv_freq of 0 leaves that pair unrotated")
+    return meta
 
 
 def write_golden(model_dir, spec, seed, model, prompt, logits, greedy, greedy_logits, stats):
@@ -338,16 +545,39 @@ def make_fixture(spec):
                               (oracle_tokenizer.BOS, oracle_tokenizer.EOS, oracle_tokenizer.PAD))
     for attempt in range(MAX_TRIES):
         seed = spec["seed"] + attempt
-        config = save_snapshot(spec, model_dir, seed, tokenizer_ids)
+        config, mem_model = save_snapshot(spec, model_dir, seed, tokenizer_ids)
         prompt = make_prompt(spec, model_dir, config, seed)
         model, logits, greedy, greedy_logits = run_oracle(model_dir, prompt)
+        diff = snapshot_vs_memory(mem_model, prompt, logits)
+        if diff > 1e-6 * np.abs(logits).max():
+            raise RuntimeError(f"{spec['name']}: the snapshot read back computes other logits than "
+                               f"the model that wrote it (max abs {diff:.3e}): check config.json")
         problem, stats = check(model_dir, model, prompt, logits, greedy, greedy_logits)
+        if problem is None and spec.get("text_from"):
+            stats = dict(stats, vs_source=compare_with_source(spec, logits, greedy, greedy_logits))
         if problem is None:
             write_golden(model_dir, spec, seed, model, prompt, logits, greedy, greedy_logits, stats)
             print(f"{spec['name']}: seed {seed}, prompt {len(prompt)}, greedy {greedy.tolist()}, {stats}")
             return
+        if spec.get("text_from"):
+            raise RuntimeError(f"{spec['name']}: {problem} (its text tower is {spec['text_from']}'s)")
         print(f"{spec['name']}: seed {seed} rejected: {problem} {stats}")
     raise RuntimeError(f"{spec['name']}: no acceptable seed in {MAX_TRIES} tries")
+
+
+def compare_with_source(spec, logits, greedy, greedy_logits):
+    """A wrapper around a text-only fixture's weights must give that fixture's outputs."""
+    gdir = os.path.join(OUT_DIR, spec["text_from"], "golden")
+    src_logits = np.load(os.path.join(gdir, "logits.npy"))
+    src_glog = np.load(os.path.join(gdir, "greedy_logits.npy"))
+    if not np.array_equal(np.load(os.path.join(gdir, "greedy.npy")), greedy):
+        raise RuntimeError(f"{spec['name']}: greedy tokens differ from {spec['text_from']}'s")
+    out = {"fixture": spec["text_from"],
+           "logits_max_abs_diff": float(np.abs(src_logits - logits).max()),
+           "greedy_logits_max_abs_diff": float(np.abs(src_glog - greedy_logits).max())}
+    if max(out["logits_max_abs_diff"], out["greedy_logits_max_abs_diff"]) > 1e-5 * np.abs(logits).max():
+        raise RuntimeError(f"{spec['name']}: logits differ from {spec['text_from']}'s: {out}")
+    return out
 
 
 def main(argv):

@@ -18,6 +18,9 @@ tokenizer files and model card it adds (tern does not need them here), plus:
   golden/greedy_logits.npy  f32   [32, vocab]        row i = the logits that chose greedy[i]
   golden/meta.json          versions, recipe, checks
 
+The cached decode (sliding-window layers through mlx-lm's RotatingKVCache) must
+agree with one uncached forward over prompt + greedy, or the script stops.
+
 The oracle runs the quantized model with every floating parameter (norms, any
 unquantized weights, and the quantization scales and biases) widened to
 float32. Widening bf16/f16 to f32 is exact, so the dequantized weights
@@ -64,6 +67,8 @@ RECIPES = [
     ("llama3rope-q5g32", "tiny-llama3-rope", 5, 32, None),
     ("linear-q2g64", "tiny-llama-linear", 2, 64, None),
     ("llama-mixed", "tiny-llama", 4, 64, MIXED),
+    ("gemma3-q4g32", "tiny-gemma3", 4, 32, None),
+    ("gemma4-q4g32", "tiny-gemma4", 4, 32, None),
 ]
 
 TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json"]
@@ -110,7 +115,15 @@ def run_oracle(out, prompt):
         greedy.append(tok)
         glog.append(row)
         step = model(mx.array([[tok]], dtype=mx.int32), cache=cache)[0, -1]
-    return logits, np.array(greedy, np.int32), np.stack(glog).astype(np.float32)
+    greedy, glog = np.array(greedy, np.int32), np.stack(glog).astype(np.float32)
+    # The cached decode (sliding layers through RotatingKVCache) must agree with one uncached
+    # forward over prompt + greedy.
+    seq = mx.array(np.concatenate([prompt, greedy[:-1]]).astype(np.int32))[None]
+    ref = np.array(model(seq)[0, len(prompt) - 1:].astype(mx.float32))
+    diff = float(np.abs(ref - glog).max())
+    if diff > 1e-4 * float(np.abs(ref).max()):
+        raise RuntimeError(f"{out}: cached decode and full forward disagree (max abs {diff:.3e})")
+    return logits, greedy, glog
 
 
 def checks(logits, greedy, glog):
