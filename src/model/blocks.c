@@ -40,6 +40,21 @@ static struct tern_dtensor rows_of(const struct tern_dtensor *t, int64_t rows)
     return tern_dtensor_rows(t, 0, rows);
 }
 
+/* Layer l's q|k|v rows [T, QD + 2 KD] and attention output [T, QD]: views
+ * of the scratch (as wide as the widest layer) at this layer's widths. */
+static void attn_views(const struct tern_layer_plan *p, const struct tern_fwd *f, int64_t T,
+                       struct tern_dtensor *qkv, struct tern_dtensor *attn)
+{
+    int64_t qd = (int64_t)p->attn.n_heads * p->attn.head_dim;
+    int64_t kvd = (int64_t)p->attn.n_kv_heads * p->attn.head_dim;
+    *qkv = rows_of(&f->qkv, T);
+    qkv->shape[1] = qd + 2 * kvd;
+    if (attn) {
+        *attn = rows_of(&f->attn, T);
+        attn->shape[1] = qd;
+    }
+}
+
 /* The batch as layer l's attention sees it: its KV group's block tables
  * and slots. */
 static const struct tern_batch_dev *batch_of(const struct tern_model_core *m,
@@ -67,7 +82,8 @@ static enum tern_status qkv_own(struct tern_model_core *m, struct tern_fwd *f,
     const struct tern_attn_params *a = &p->attn;
     float eps = m->hp.rms_norm_eps;
     int64_t qd = (int64_t)a->n_heads * a->head_dim, kvd = (int64_t)a->n_kv_heads * a->head_dim;
-    struct tern_dtensor h = rows_of(&f->h, T), qkv = rows_of(&f->qkv, T);
+    struct tern_dtensor h = rows_of(&f->h, T), qkv;
+    attn_views(p, f, T, &qkv, NULL);
     bool fused = ly->qkv_proj.weight.buf != NULL;
     if (fused && ops->matmul_rope_store && ops->qk_rope_store && !p->qk_norm && !p->v_norm)
         /* the projection, rope and the cache stores in one op */
@@ -103,7 +119,8 @@ static enum tern_status q_only(struct tern_model_core *m, struct tern_fwd *f,
     const struct tern_backend_ops *ops = m->be->ops;
     struct tern_backend *be = m->be;
     const struct tern_attn_params *a = &p->attn;
-    struct tern_dtensor h = rows_of(&f->h, T), qkv = rows_of(&f->qkv, T);
+    struct tern_dtensor h = rows_of(&f->h, T), qkv;
+    attn_views(p, f, T, &qkv, NULL);
     TERN_TRY(ops->matmul(be, &h, &ly->q_proj, &qkv, 0));
     if (p->qk_norm)
         TERN_TRY(ops->head_rmsnorm(be, &qkv, 0, a->n_heads, a->head_dim, &ly->q_norm,
@@ -121,8 +138,8 @@ static enum tern_status attention_block(struct tern_model_core *m, struct tern_f
     const struct tern_layer *ly = &m->w.layers[l];
     const struct tern_layer_plan *p = &m->plans[l];
     struct tern_kv_layer *kvl = &kv->layers[p->kv_source];
-    struct tern_dtensor qkv = rows_of(&f->qkv, T), attn = rows_of(&f->attn, T);
-    struct tern_dtensor proj = rows_of(&f->proj, T);
+    struct tern_dtensor qkv, attn, proj = rows_of(&f->proj, T);
+    attn_views(p, f, T, &qkv, &attn);
     if (p->kv_source == l) TERN_TRY(qkv_own(m, f, ly, p, kvl, batch_of(m, f, l), T));
     else TERN_TRY(q_only(m, f, ly, p, T));
     TERN_TRY(ops->attention(be, &qkv, kvl, batch_of(m, f, l), &p->attn, &attn));
