@@ -94,9 +94,11 @@ static void drain(struct tern_stream *s, struct run *out)
     tern_stream_destroy(s);
 }
 
-static void test_batch_invariance(void **state)
+/* A request's tokens and logprobs are bitwise the same alone, beside 15
+ * others, and in 7-token prefill chunks with 5 slots (preemption). */
+static void batch_invariance(const char *fixture)
 {
-    struct tern_model *m = open_fixture("tiny-qwen3");
+    struct tern_model *m = open_fixture(fixture);
     struct tern_model_info in;
     tern_model_get_info(m, &in);
     enum { N = 16 };
@@ -142,6 +144,49 @@ static void test_batch_invariance(void **state)
     tern_engine_destroy(e);
     assert_memory_equal(g, solo[0].ids, sizeof(int32_t) * 12);
     tern_model_close(m);
+}
+
+static void test_batch_invariance(void **state)
+{
+    /* the llama block, and the Gemma ones: sliding windows shorter than the
+     * prompts (their own KV pools), per-type ropes, softcaps, Gemma 4's
+     * shared K/V and per-layer inputs */
+    const char *const names[] = {"tiny-qwen3", "tiny-gemma2", "tiny-gemma3", "tiny-gemma4",
+                                 "tiny-gemma4-plc"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) batch_invariance(names[i]);
+}
+
+/* Multi-turn prefix caching on a model with sliding-window layers: the
+ * second turn reuses the first (its windowed pool still holds the blocks
+ * the next query reads) and answers exactly as an engine with nothing
+ * cached. */
+static void test_prefix_cache_sliding(void **state)
+{
+    const char *const names[] = {"tiny-gemma3", "tiny-gemma4"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        struct tern_model *m = open_fixture(names[k]);
+        struct tern_model_info in;
+        tern_model_get_info(m, &in);
+        int32_t turn1[40], turn2[80];
+        make_prompt(turn1, 37, 37, 0, in.vocab_size);
+        struct tern_engine *e = engine_with(m, 512, 4);
+        struct run r1, r2, fresh;
+        drain(submit(e, turn1, 37, 8, 0, 1), &r1);
+        memcpy(turn2, turn1, sizeof(int32_t) * 37);
+        memcpy(turn2 + 37, r1.ids, sizeof(int32_t) * 8);
+        for (int i = 0; i < 11; i++) turn2[45 + i] = (int32_t)((50 + i) % in.vocab_size);
+        drain(submit(e, turn2, 56, 6, 0.7f, 3), &r2);
+        assert_int_equal(r2.cached, 44);
+        tern_engine_destroy(e);
+        e = engine_with(m, 512, 4);
+        drain(submit(e, turn2, 56, 6, 0.7f, 3), &fresh);
+        assert_int_equal(fresh.cached, 0);
+        assert_int_equal(r2.n, fresh.n);
+        assert_memory_equal(r2.ids, fresh.ids, sizeof(int32_t) * (size_t)fresh.n);
+        assert_memory_equal(r2.lp, fresh.lp, sizeof(float) * (size_t)fresh.n);
+        tern_engine_destroy(e);
+        tern_model_close(m);
+    }
 }
 
 static void test_prefix_cache(void **state)
@@ -239,6 +284,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_prefix_cache),
+        cmocka_unit_test(test_prefix_cache_sliding),
         cmocka_unit_test(test_cancel_and_reject),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
