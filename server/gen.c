@@ -103,8 +103,9 @@ static bool build_chat(const struct srv_model_ctx *mc, const struct srv_req *r, 
 
 /* Appends the tool_choice prefill (if any) to the rendered text *text, which
  * then becomes a malloc'd buffer (*owned). */
-static bool add_prefill(const struct srv_model_ctx *mc, const struct srv_req *r, bool think_open,
-                        char **text, size_t *len, bool *owned, char **prefill)
+static bool add_prefill(const struct srv_model_ctx *mc, const struct srv_req *r,
+                        enum srv_reason_fmt think_open, char **text, size_t *len, bool *owned,
+                        char **prefill)
 {
     if (!r->tools || (r->tool_choice != SRV_TC_REQUIRED && r->tool_choice != SRV_TC_NAMED))
         return true;
@@ -127,11 +128,12 @@ static bool add_prefill(const struct srv_model_ctx *mc, const struct srv_req *r,
 }
 
 bool srv_prompt_build(const struct srv_model_ctx *mc, const struct srv_req *r, int32_t **ids,
-                      int32_t *n_ids, bool *think_open, char **prefill, struct srv_err *err)
+                      int32_t *n_ids, enum srv_reason_fmt *think_open, char **prefill,
+                      struct srv_err *err)
 {
     *ids = NULL;
     *n_ids = 0;
-    *think_open = false;
+    *think_open = SRV_RF_NONE;
     if (prefill) *prefill = NULL;
     if (r->kind == SRV_COMPLETION && r->prompt_ids) {
         *ids = malloc((size_t)r->n_prompt_ids * sizeof **ids);
@@ -150,9 +152,7 @@ bool srv_prompt_build(const struct srv_model_ctx *mc, const struct srv_req *r, i
     bool add_special = r->kind == SRV_COMPLETION;
     if (r->kind == SRV_CHAT) {
         if (!build_chat(mc, r, &text, &len, err)) return false;
-        size_t e = len;
-        while (e > 0 && (text[e - 1] == '\n' || text[e - 1] == ' ')) e--;
-        *think_open = mc->reasoning && e >= 7 && !memcmp(text + e - 7, "<think>", 7);
+        if (mc->reasoning) *think_open = srv_reason_open_at_end(text, len);
         if (!add_prefill(mc, r, *think_open, &text, &len, &owned, prefill)) goto oom;
     }
     int32_t *tids = NULL;
@@ -495,6 +495,22 @@ static void observe(struct srv_gen *g, struct srv_hist *h, double v)
     pthread_mutex_unlock(g->mc->metrics_lock);
 }
 
+/* A chat completion's text for the token: the engine's, or, for a special
+ * token the pipeline parses (a reasoning or tool-call marker, which
+ * detokenizing drops), the token's own string. */
+static const char *token_text(const struct srv_gen *g, const struct tern_event *ev, size_t *len)
+{
+    *len = ev->text_len;
+    if (ev->text_len || g->req.kind != SRV_CHAT) return ev->text;
+    for (int i = 0; i < g->mc->n_markers; i++)
+        if (g->mc->marker_ids[i] == ev->token) {
+            const char *t = tern_tokenizer_token(g->mc->tok, ev->token);
+            *len = t ? strlen(t) : 0;
+            return t;
+        }
+    return ev->text;
+}
+
 static void on_token(struct srv_gen *g, const struct tern_event *ev)
 {
     if (ev->index < 0 || ev->index >= g->n) return;
@@ -505,7 +521,9 @@ static void on_token(struct srv_gen *g, const struct tern_event *ev)
     c->last_ns = t;
     c->n_tokens++;
     if (c->logprobs) json_array_append_new(c->logprobs, logprob_entry(g->mc, ev, g->req.top_logprobs));
-    if (feed(g, ev->index, ev->text, ev->text_len, false)) {
+    size_t len;
+    const char *text = token_text(g, ev, &len);
+    if (feed(g, ev->index, text, len, false)) {
         bool all = true;
         for (int i = 0; i < g->n; i++) all = all && g->ch[i].done;
         if (all) tern_stream_cancel(g->stream); /* stop strings ended every completion */

@@ -337,7 +337,7 @@ static enum MHD_Result do_generate(struct MHD_Connection *c, struct hreq *h)
     h->inflight = true; /* on_completed gives it back once the response is out */
     if (s->o.test_admit_delay_ms > 0) srv_sleep_ms(s->o.test_admit_delay_ms);
     int32_t *ids = NULL, n_ids = 0;
-    bool think_open = false;
+    enum srv_reason_fmt think_open = SRV_RF_NONE;
     char *prefill = NULL;
     if (!srv_prompt_build(&s->mc, &req, &ids, &n_ids, &think_open, &prefill, &err)) {
         srv_req_free(&req);
@@ -387,7 +387,8 @@ static enum MHD_Result do_tokenize(struct MHD_Connection *c, struct hreq *h)
         return fail(c, h, 400, NULL, "the body must be a JSON object {\"prompt\": \"...\"}");
     }
     int32_t *ids = NULL, n = 0;
-    bool think, ok;
+    enum srv_reason_fmt think;
+    bool ok;
     struct srv_req req;
     memset(&req, 0, sizeof req);
     struct srv_parse_opts po = {.vocab_size = s->mc.vocab_size, .max_n = 16};

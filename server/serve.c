@@ -195,8 +195,11 @@ static void *load_main(void *arg)
         const char *e = tern_tokenizer_token(s->mc.tok, tern_tokenizer_eos_id(s->mc.tok));
         snprintf(s->bos, sizeof s->bos, "%s", b ? b : "");
         snprintf(s->eos, sizeof s->eos, "%s", e ? e : "");
-        s->mc.reasoning = tern_tokenizer_token_id(s->mc.tok, "<think>") >= 0 &&
-                          tern_tokenizer_token_id(s->mc.tok, "</think>") >= 0;
+        s->mc.reasoning = (tern_tokenizer_token_id(s->mc.tok, "<think>") >= 0 &&
+                           tern_tokenizer_token_id(s->mc.tok, "</think>") >= 0) ||
+                          (tern_tokenizer_token_id(s->mc.tok, "<|channel>") >= 0 &&
+                           tern_tokenizer_token_id(s->mc.tok, "<channel|>") >= 0);
+        s->mc.n_markers = srv_marker_tokens(s->mc.tok, s->mc.marker_ids, SRV_MAX_MARKERS);
     }
     s->mc.tool_fmt = srv_tool_format_detect(s->mc.tmpl, s->mc.tok);
     if (s->o.test_script && !load_script(s, s->o.test_script)) goto fail;

@@ -4,8 +4,9 @@
  * and pthreads; it never includes anything from src/.
  *
  * Files:
- *   text_pipe.c  stop-string matcher and <think> reasoning splitter (pure)
- *   toolcall.c   tool-call parser: Hermes/Qwen JSON, Qwen3.5 XML, Llama 3 JSON (pure)
+ *   text_pipe.c  stop-string matcher and reasoning splitter (pure)
+ *   toolcall.c   tool-call parser: Hermes/Qwen JSON, Qwen3.5 XML, Llama 3 JSON,
+ *                Gemma 4 (pure)
  *   toolchoice.c tool_choice required / named: the model's call format, the prefill
  *   req_parse.c  request JSON -> struct srv_req, validation (pure; fuzzed)
  *   metrics.c    server counters, histograms, Prometheus text (pure)
@@ -75,19 +76,30 @@ void srv_stop_deinit(struct srv_stop *s);
 
 /* ---------------------------------------------------------------- reasoning */
 
-/* Splits `<think>...</think>` off the start of a completion. Reasoning text is
- * trimmed of surrounding whitespace, and whitespace right after </think> is
- * dropped. With `start_inside` (the generation prompt already opened <think>)
- * the output begins as reasoning. With `enabled` false everything is content. */
+/* How a model marks its reasoning: <think>...</think> (Qwen3, DeepSeek R1...)
+ * or Gemma 4's thought channel <|channel>thought\n...<channel|>. */
+enum srv_reason_fmt { SRV_RF_NONE, SRV_RF_THINK, SRV_RF_GEMMA4 };
+
+/* The block a rendered prompt leaves open: its text ends (trailing whitespace
+ * aside) with an opening tag; SRV_RF_NONE otherwise. */
+enum srv_reason_fmt srv_reason_open_at_end(const char *text, size_t len);
+
+/* Splits a reasoning block off the start of a completion: <think>...</think>
+ * or <|channel>thought...<channel|>, whichever opens it. Reasoning text is
+ * trimmed of surrounding whitespace, and whitespace right after the closing
+ * tag is dropped. With `start_inside` (the generation prompt already opened
+ * that block) the output begins as reasoning. With `enabled` false
+ * everything is content. */
 struct srv_reason {
     bool enabled;
-    int state; /* 0 = at start, 1 = reasoning, 2 = content (after </think> or none) */
-    bool after_close;     /* dropping whitespace after </think> */
+    int state;            /* 0 = at start, 1 = reasoning, 2 = content (after the close or none) */
+    const char *close;    /* closing tag of the open block */
+    bool after_close;     /* dropping whitespace after the closing tag */
     bool reasoning_begun; /* any non-space reasoning emitted yet */
     struct srv_buf hold;  /* possible tag prefix / trailing whitespace */
 };
 
-void srv_reason_init(struct srv_reason *r, bool enabled, bool start_inside);
+void srv_reason_init(struct srv_reason *r, bool enabled, enum srv_reason_fmt start_inside);
 /* Feeds text; appends to *reasoning and *content what is decided. */
 void srv_reason_push(struct srv_reason *r, const char *text, size_t len, struct srv_buf *reasoning,
                      struct srv_buf *content);
@@ -107,12 +119,13 @@ struct srv_tool_call {
  *   <tool_call><function=N><parameter=P>v</parameter></function></tool_call>  Qwen3.5 XML
  *   {"name": N, "parameters": {...}} [; {...}] as the whole output,
  *   optionally after <|python_tag|>                                  Llama 3.x
- * A <tool_call> block that does not parse is passed on as literal content.
- * Whitespace next to recognised calls is dropped. */
+ *   <|tool_call>call:N{k:<|"|>v<|"|>,n:1}<tool_call|>                Gemma 4
+ * A <tool_call> or <|tool_call> block that does not parse is passed on as
+ * literal content. Whitespace next to recognised calls is dropped. */
 struct srv_tools {
     bool enabled;
     const json_t *tools; /* borrowed: the request's tools (for XML parameter types) */
-    int state;           /* 0 = start, 1 = text, 2 = in <tool_call>, 3 = whole-output JSON */
+    int state; /* 0 start, 1 text, 2 in <tool_call>, 3 whole-output JSON, 4 in <|tool_call> */
     struct srv_buf hold; /* tag prefix, trailing whitespace, or the call being read */
     struct srv_buf ws;   /* whitespace held before a possible call */
     int n_calls;
@@ -132,6 +145,11 @@ void srv_tool_call_free(struct srv_tool_call *c);
 /* Parses one <tool_call> body (between the tags). Returns true on success. */
 bool srv_tool_parse_block(const char *s, size_t len, const json_t *tools, char **name,
                           char **arguments);
+/* Parses one Gemma 4 call body (between <|tool_call> and <tool_call|>):
+ * call:NAME{key:value,...}. Values are <|"|>strings<|"|>, numbers, true,
+ * false, null (or None), {nested:objects} and [arrays]; *arguments is their
+ * compact JSON object text, numbers kept as written. Returns true on success. */
+bool srv_tool_parse_gemma(const char *s, size_t len, char **name, char **arguments);
 /* Parses a whole-output Llama 3 call list; fills a new array of calls. */
 bool srv_tool_parse_llama(const char *s, size_t len, struct srv_tool_call **calls, int *n_calls,
                           uint64_t *rng);
@@ -144,8 +162,8 @@ enum srv_tool_choice { SRV_TC_AUTO, SRV_TC_NONE, SRV_TC_REQUIRED, SRV_TC_NAMED }
 
 /* ------------------------------------------------------ tool_choice prefill */
 
-/* How a model writes tool calls (toolcall.c parses all three). */
-enum srv_tool_fmt { SRV_TF_HERMES, SRV_TF_XML, SRV_TF_LLAMA };
+/* How a model writes tool calls (toolcall.c parses them all). */
+enum srv_tool_fmt { SRV_TF_HERMES, SRV_TF_XML, SRV_TF_LLAMA, SRV_TF_GEMMA4 };
 
 /* Renders a probe tool call through the template (either may be NULL), then
  * looks at the vocabulary; Hermes when nothing tells. */
@@ -154,9 +172,14 @@ enum srv_tool_fmt srv_tool_format_detect(const struct tern_chat_template *tmpl,
 const char *srv_tool_format_name(enum srv_tool_fmt f);
 /* The opening of a tool call to append to the prompt for tool_choice
  * "required" or a named function (malloc'd), or NULL for auto/none (or out of
- * memory). `think_open`: the generation prompt ends inside <think>. */
+ * memory). `open_reasoning`: the reasoning block the generation prompt left
+ * open (closed first), SRV_RF_NONE when none. */
 char *srv_tool_prefill(enum srv_tool_fmt f, enum srv_tool_choice choice, const char *name,
-                       bool think_open);
+                       enum srv_reason_fmt open_reasoning);
+/* The special tokens whose text the output pipeline needs (reasoning and
+ * tool-call markers that the vocabulary marks special, which detokenizing
+ * otherwise drops): fills ids[0..max) and returns how many. */
+int srv_marker_tokens(const struct tern_tokenizer *tok, int32_t *ids, int max);
 
 /* Request fields after validation. Sampling fields carry has_ flags so that
  * only what the client set overrides the model's defaults. */
@@ -263,6 +286,8 @@ bool srv_metrics_format(const struct srv_metrics *m, const struct tern_engine_st
 
 #include <pthread.h>
 
+#define SRV_MAX_MARKERS 16
+
 /* What a generation needs of the loaded model (all borrowed). */
 struct srv_model_ctx {
     struct tern_model *model;
@@ -272,25 +297,29 @@ struct srv_model_ctx {
     const char *bos, *eos; /* token strings, "" when unknown */
     int32_t context_length, vocab_size;
     const char *model_name;
-    bool reasoning; /* the vocabulary has <think>: split reasoning */
+    bool reasoning; /* the vocabulary has <think> / Gemma 4's channel: split reasoning */
     enum srv_tool_fmt tool_fmt; /* how tool_choice required / named are prefilled */
+    int32_t marker_ids[SRV_MAX_MARKERS]; /* special tokens chat output keeps as text */
+    int n_markers;
     struct srv_metrics *metrics;
     pthread_mutex_t *metrics_lock;
 };
 
 /* Renders (chat) or takes (completion) the prompt and tokenizes it. *ids is
- * malloc'd. *think_open: the generation prompt ends inside <think>. For
+ * malloc'd. *think_open: the reasoning block the generation prompt ends
+ * inside (SRV_RF_NONE when none). For
  * tool_choice required / named the prompt ends with the opening of a call,
  * also returned in *prefill (malloc'd, else NULL; pass NULL to not want it). */
 bool srv_prompt_build(const struct srv_model_ctx *mc, const struct srv_req *r, int32_t **ids,
-                      int32_t *n_ids, bool *think_open, char **prefill, struct srv_err *err);
+                      int32_t *n_ids, enum srv_reason_fmt *think_open, char **prefill,
+                      struct srv_err *err);
 
 struct srv_gen;
 
 struct srv_gen_params {
     const int32_t *ids; /* prompt (borrowed during create) */
     int32_t n_ids;
-    bool think_open;
+    enum srv_reason_fmt think_open;
     const char *prefill;   /* text the prompt ends with that the output pipeline
                               takes as the start of every completion, or NULL */
     const int32_t *forced; /* --test-script entry, or NULL */

@@ -1,9 +1,10 @@
 /*
  * text_pipe.c — the pure text stages of a completion: a growable buffer, the
- * stop-string matcher and the <think> reasoning splitter. Each stage takes
- * text in arbitrary pieces (a token's worth, a character, a whole output) and
- * emits the same concatenated result however the input was split, which is
- * what makes streamed and non-streamed responses agree. Depends on libc only.
+ * stop-string matcher and the reasoning splitter (<think>...</think> and
+ * Gemma 4's <|channel>thought...<channel|>). Each stage takes text in
+ * arbitrary pieces (a token's worth, a character, a whole output) and emits
+ * the same concatenated result however the input was split, which is what
+ * makes streamed and non-streamed responses agree. Depends on libc only.
  */
 #include "server.h"
 
@@ -172,16 +173,32 @@ void srv_stop_deinit(struct srv_stop *s)
 
 /* --------------------------------------------------------------- reasoning */
 
-static const char THINK_OPEN[] = "<think>";
-static const char THINK_CLOSE[] = "</think>";
+/* The reasoning blocks recognised, as (opening, closing) tags. Gemma 4 names
+ * its channel after the opening token: `<|channel>thought\n...<channel|>`. */
+static const char *const OPEN_TAG[] = {
+    [SRV_RF_THINK] = "<think>", [SRV_RF_GEMMA4] = "<|channel>thought"};
+static const char *const CLOSE_TAG[] = {
+    [SRV_RF_THINK] = "</think>", [SRV_RF_GEMMA4] = "<channel|>"};
 
 enum { R_START, R_REASON, R_CONTENT };
 
-void srv_reason_init(struct srv_reason *r, bool enabled, bool start_inside)
+enum srv_reason_fmt srv_reason_open_at_end(const char *text, size_t len)
+{
+    while (len > 0 && is_space(text[len - 1])) len--;
+    for (int f = SRV_RF_THINK; f <= SRV_RF_GEMMA4; f++) {
+        size_t tl = strlen(OPEN_TAG[f]);
+        if (len >= tl && !memcmp(text + len - tl, OPEN_TAG[f], tl)) return (enum srv_reason_fmt)f;
+    }
+    return SRV_RF_NONE;
+}
+
+void srv_reason_init(struct srv_reason *r, bool enabled, enum srv_reason_fmt start_inside)
 {
     memset(r, 0, sizeof *r);
     r->enabled = enabled;
-    r->state = !enabled ? R_CONTENT : start_inside ? R_REASON : R_START;
+    bool inside = enabled && (start_inside == SRV_RF_THINK || start_inside == SRV_RF_GEMMA4);
+    r->state = !enabled ? R_CONTENT : inside ? R_REASON : R_START;
+    r->close = inside ? CLOSE_TAG[start_inside] : NULL;
 }
 
 /* Emits reasoning text seg[0..n), dropping leading whitespace until the first
@@ -213,29 +230,35 @@ static void reason_step(struct srv_reason *r, struct srv_buf *reasoning, struct 
         size_t k = 0;
         while (k < r->hold.len && is_space(r->hold.p[k])) k++;
         size_t rest = r->hold.len - k;
-        size_t tl = sizeof THINK_OPEN - 1;
-        if (rest < tl && !memcmp(r->hold.p + k, THINK_OPEN, rest)) return; /* undecided */
-        if (rest >= tl && !memcmp(r->hold.p + k, THINK_OPEN, tl)) {
-            srv_buf_consume(&r->hold, k + tl);
-            r->state = R_REASON;
-        } else {
+        bool undecided = false;
+        for (int f = SRV_RF_THINK; f <= SRV_RF_GEMMA4 && r->state == R_START; f++) {
+            size_t tl = strlen(OPEN_TAG[f]);
+            if (rest < tl && !memcmp(r->hold.p + k, OPEN_TAG[f], rest)) undecided = true;
+            if (rest >= tl && !memcmp(r->hold.p + k, OPEN_TAG[f], tl)) {
+                srv_buf_consume(&r->hold, k + tl);
+                r->state = R_REASON;
+                r->close = CLOSE_TAG[f];
+            }
+        }
+        if (r->state == R_START) {
+            if (undecided) return;
             r->state = R_CONTENT;
         }
     }
     if (r->state == R_REASON) {
-        const char *m = find_mem(r->hold.p, r->hold.len, THINK_CLOSE);
+        const char *m = find_mem(r->hold.p, r->hold.len, r->close);
         if (m) {
             size_t seg = (size_t)(m - r->hold.p);
             size_t end = seg;
             while (end > 0 && is_space(r->hold.p[end - 1])) end--;
             emit_reasoning(r, r->hold.p, end, reasoning);
-            srv_buf_consume(&r->hold, seg + sizeof THINK_CLOSE - 1);
+            srv_buf_consume(&r->hold, seg + strlen(r->close));
             r->state = R_CONTENT;
             r->after_close = true;
         } else {
-            size_t keep = srv_partial_suffix(r->hold.p, r->hold.len, THINK_CLOSE);
+            size_t keep = srv_partial_suffix(r->hold.p, r->hold.len, r->close);
             size_t end = r->hold.len - keep;
-            while (end > 0 && is_space(r->hold.p[end - 1])) end--; /* may precede </think> */
+            while (end > 0 && is_space(r->hold.p[end - 1])) end--; /* may precede the close */
             emit_reasoning(r, r->hold.p, end, reasoning);
             srv_buf_consume(&r->hold, end);
             return;

@@ -1,16 +1,17 @@
 /*
  * toolcall.c — turns a model's content text into OpenAI tool calls,
- * incrementally. Three output forms are recognised:
+ * incrementally. Four output forms are recognised:
  *
  *   Hermes / Qwen 2.5-3:  <tool_call>{"name": "f", "arguments": {...}}</tool_call>
  *   Qwen3.5 (XML):        <tool_call><function=f><parameter=p>v</parameter></function></tool_call>
  *   Llama 3.x:            {"name": "f", "parameters": {...}} [; {...}]   (the whole output,
  *                         possibly after <|python_tag|>)
+ *   Gemma 4:              <|tool_call>call:f{city:<|"|>Paris<|"|>,days:3}<tool_call|>
  *
- * Text that is not a call passes through as content; a <tool_call> block
- * that does not parse is passed through literally. The parser only decides at
- * tag boundaries, so the result does not depend on how the text was split
- * into pieces. Depends on jansson and libc.
+ * Text that is not a call passes through as content; a <tool_call> or
+ * <|tool_call> block that does not parse is passed through literally. The
+ * parser only decides at tag boundaries, so the result does not depend on how
+ * the text was split into pieces. Depends on jansson and libc.
  */
 #include "server.h"
 
@@ -20,8 +21,11 @@
 static const char CALL_OPEN[] = "<tool_call>";
 static const char CALL_CLOSE[] = "</tool_call>";
 static const char PY_TAG[] = "<|python_tag|>";
+static const char G_OPEN[] = "<|tool_call>";
+static const char G_CLOSE[] = "<tool_call|>";
+static const char G_QUOTE[] = "<|\"|>";
 
-enum { T_START, T_TEXT, T_CALL, T_JSON };
+enum { T_START, T_TEXT, T_CALL, T_JSON, T_GCALL };
 
 static bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
@@ -189,6 +193,196 @@ bool srv_tool_parse_block(const char *s, size_t len, const json_t *tools, char *
     return ok;
 }
 
+/* ------------------------------------------------------------ Gemma 4 calls */
+
+/* Gemma 4 writes a call as its chat template renders one (format_argument
+ * with escape_keys=False), read here as:
+ *
+ *   body   := ws "call:" NAME "{" members? "}" ws
+ *   members:= member ("," member)* ","?
+ *   member := ws key ws ":" ws value ws
+ *   key    := bare text up to ":" | <|"|>text<|"|> | "json string"
+ *   value  := <|"|>any text<|"|> | "{" members? "}" | "[" values? "]"
+ *           | true | false | null | None | number | "json string"
+ *           | other bare text (taken as a string)
+ *
+ * The template prints keys bare, strings between <|"|> tokens (verbatim:
+ * quotes, braces and newlines included), booleans as true/false, None as
+ * None (null in later revisions) and numbers as Python prints them. Output is
+ * compact JSON; numbers keep their text. */
+
+#define G_MAX_DEPTH 64
+
+struct gparse {
+    const char *p, *end;
+    struct srv_buf *out;
+    int depth;
+};
+
+static bool g_at(const struct gparse *g, const char *lit)
+{
+    size_t n = strlen(lit);
+    return (size_t)(g->end - g->p) >= n && !memcmp(g->p, lit, n);
+}
+
+static void g_ws(struct gparse *g)
+{
+    while (g->p < g->end && is_space(*g->p)) g->p++;
+}
+
+/* Appends s[0..n) as a JSON string; false when it is not valid UTF-8. */
+static bool g_emit_string(struct srv_buf *out, const char *s, size_t n)
+{
+    json_t *j = json_stringn(s, n);
+    char *t = j ? json_dumps(j, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+    json_decref(j);
+    bool ok = t && srv_buf_adds(out, t);
+    free(t);
+    return ok;
+}
+
+/* A <|"|>...<|"|> string or a "JSON string" at g->p: its text (the JSON form
+ * decoded) appended to out as a JSON string. */
+static bool g_string(struct gparse *g, struct srv_buf *out)
+{
+    if (g_at(g, G_QUOTE)) {
+        const char *s = g->p + sizeof G_QUOTE - 1;
+        const char *e = find_mem(s, (size_t)(g->end - s), G_QUOTE);
+        if (!e) return false;
+        g->p = e + sizeof G_QUOTE - 1;
+        return g_emit_string(out, s, (size_t)(e - s));
+    }
+    json_error_t err;
+    json_t *j =
+        json_loadb(g->p, (size_t)(g->end - g->p), JSON_DECODE_ANY | JSON_DISABLE_EOF_CHECK, &err);
+    bool ok = json_is_string(j) && g_emit_string(out, json_string_value(j), json_string_length(j));
+    json_decref(j);
+    if (ok) g->p += err.position;
+    return ok;
+}
+
+/* True when s[0..n) is a JSON number (-?int frac? exp?). */
+static bool is_json_number(const char *s, size_t n)
+{
+    size_t i = 0;
+    if (i < n && s[i] == '-') i++;
+    if (i == n || s[i] < '0' || s[i] > '9') return false;
+    if (s[i] == '0') {
+        i++;
+    } else {
+        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+    }
+    if (i < n && s[i] == '.') {
+        if (++i == n || s[i] < '0' || s[i] > '9') return false;
+        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+    }
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        if (++i < n && (s[i] == '+' || s[i] == '-')) i++;
+        if (i == n || s[i] < '0' || s[i] > '9') return false;
+        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+    }
+    return i == n;
+}
+
+static bool g_value(struct gparse *g);
+
+/* "{" members? "}" or "[" values? "]" at g->p. */
+static bool g_container(struct gparse *g, bool object)
+{
+    char close = object ? '}' : ']';
+    if (++g->depth > G_MAX_DEPTH) return false;
+    g->p++;
+    srv_buf_adds(g->out, object ? "{" : "[");
+    bool first = true;
+    for (;;) {
+        g_ws(g);
+        if (g->p == g->end) return false;
+        if (*g->p == close) break;
+        if (!first) srv_buf_adds(g->out, ",");
+        first = false;
+        if (object) {
+            if (g_at(g, G_QUOTE) || *g->p == '"') {
+                if (!g_string(g, g->out)) return false;
+                g_ws(g);
+                if (g->p == g->end || *g->p != ':') return false;
+            } else {
+                const char *k = g->p;
+                while (g->p < g->end && *g->p != ':' && !strchr("{}[],\"", *g->p)) g->p++;
+                if (g->p == g->end || *g->p != ':') return false;
+                const char *ke = g->p;
+                while (ke > k && is_space(ke[-1])) ke--;
+                if (ke == k || find_mem(k, (size_t)(ke - k), G_QUOTE)) return false;
+                if (!g_emit_string(g->out, k, (size_t)(ke - k))) return false;
+            }
+            g->p++; /* ':' */
+            srv_buf_adds(g->out, ":");
+        }
+        if (!g_value(g)) return false;
+        g_ws(g);
+        if (g->p < g->end && *g->p == ',') {
+            g->p++;
+            continue;
+        }
+        if (g->p == g->end || *g->p != close) return false;
+    }
+    g->p++;
+    g->depth--;
+    return srv_buf_adds(g->out, object ? "}" : "]");
+}
+
+static bool g_value(struct gparse *g)
+{
+    g_ws(g);
+    if (g->p == g->end) return false;
+    if (*g->p == '{') return g_container(g, true);
+    if (*g->p == '[') return g_container(g, false);
+    if (g_at(g, G_QUOTE) || *g->p == '"') return g_string(g, g->out);
+    const char *v = g->p;
+    while (g->p < g->end && !strchr(",}]", *g->p) && !g_at(g, G_QUOTE)) g->p++;
+    const char *ve = g->p;
+    while (ve > v && is_space(ve[-1])) ve--;
+    size_t n = (size_t)(ve - v);
+    if (n == 0) return false;
+    static const char *const lits[][2] = {{"true", "true"}, {"false", "false"}, {"null", "null"},
+                                          {"True", "true"}, {"False", "false"}, {"None", "null"}};
+    for (size_t i = 0; i < sizeof lits / sizeof lits[0]; i++)
+        if (n == strlen(lits[i][0]) && !memcmp(v, lits[i][0], n))
+            return srv_buf_adds(g->out, lits[i][1]);
+    if (is_json_number(v, n)) return srv_buf_add(g->out, v, n);
+    return g_emit_string(g->out, v, n);
+}
+
+bool srv_tool_parse_gemma(const char *s, size_t len, char **name, char **arguments)
+{
+    const char *p = s, *end = s + len;
+    while (p < end && is_space(*p)) p++;
+    while (end > p && is_space(end[-1])) end--;
+    if ((size_t)(end - p) < 5 || memcmp(p, "call:", 5)) return false;
+    p += 5;
+    const char *n = p;
+    while (p < end && *p != '{' && !is_space(*p) && !strchr("<>}\"", *p)) p++;
+    if (p == n || p == end || *p != '{') return false;
+    struct srv_buf out = {0};
+    struct gparse g = {.p = p, .end = end, .out = &out};
+    if (!g_container(&g, true) || g.p != end || !out.p) {
+        srv_buf_free(&out);
+        return false;
+    }
+    /* What was written is JSON by construction; checked all the same, which
+     * also refuses a key given twice and an allocation that failed midway
+     * (integers past 64 bits are JSON too). */
+    json_t *chk = json_loads(out.p, JSON_DECODE_INT_AS_REAL | JSON_REJECT_DUPLICATES, NULL);
+    bool ok = json_is_object(chk);
+    json_decref(chk);
+    *name = ok ? strndup(n, (size_t)(p - n)) : NULL;
+    if (!*name) {
+        srv_buf_free(&out);
+        return false;
+    }
+    *arguments = out.p; /* NUL-terminated by srv_buf_add */
+    return true;
+}
+
 static bool push_call(struct srv_tool_call **calls, int *n_calls, char *name, char *args,
                       uint64_t *rng)
 {
@@ -262,6 +456,29 @@ static void emit_text(struct srv_tools *t, const char *s, size_t n, struct srv_b
     srv_buf_add(&t->ws, s + e, n - e);
 }
 
+/* Decides a <tool_call> / <|tool_call> block body p[0..n): a call (held
+ * whitespace before it dropped, *called set), or literal content (the opening
+ * tag and the body; the caller adds the closing tag). False on out of memory. */
+static bool take_block(struct srv_tools *t, const char *p, size_t n, bool gemma,
+                       struct srv_buf *content, struct srv_tool_call **calls, int *n_calls,
+                       bool *called)
+{
+    char *name, *args;
+    bool ok = gemma ? srv_tool_parse_gemma(p, n, &name, &args)
+                    : srv_tool_parse_block(p, n, t->tools, &name, &args);
+    *called = ok;
+    if (ok) {
+        if (!push_call(calls, n_calls, name, args, &t->rng)) return false;
+        t->n_calls++;
+    } else {
+        srv_buf_add(content, t->ws.p ? t->ws.p : "", t->ws.len);
+        srv_buf_adds(content, gemma ? G_OPEN : CALL_OPEN);
+        srv_buf_add(content, p, n);
+    }
+    srv_buf_consume(&t->ws, t->ws.len);
+    return true;
+}
+
 static bool tools_step(struct srv_tools *t, struct srv_buf *content, struct srv_tool_call **calls,
                        int *n_calls)
 {
@@ -282,34 +499,32 @@ static bool tools_step(struct srv_tools *t, struct srv_buf *content, struct srv_
         }
         if (t->state == T_JSON) return true;
         if (t->state == T_TEXT) {
-            const char *m = find_mem(p, n, CALL_OPEN);
+            const char *m = find_mem(p, n, CALL_OPEN), *g = find_mem(p, n, G_OPEN);
+            bool gemma = g && (!m || g < m);
+            if (gemma) m = g;
             if (!m) {
-                size_t keep = srv_partial_suffix(p, n, CALL_OPEN);
+                size_t keep = srv_partial_suffix(p, n, CALL_OPEN),
+                       kg = srv_partial_suffix(p, n, G_OPEN);
+                if (kg > keep) keep = kg;
                 emit_text(t, p, n - keep, content);
                 srv_buf_consume(&t->hold, n - keep);
                 return true;
             }
             emit_text(t, p, (size_t)(m - p), content);
-            srv_buf_consume(&t->hold, (size_t)(m - p) + sizeof CALL_OPEN - 1);
-            t->state = T_CALL;
+            srv_buf_consume(&t->hold, (size_t)(m - p) + strlen(gemma ? G_OPEN : CALL_OPEN));
+            t->state = gemma ? T_GCALL : T_CALL;
             continue;
         }
-        /* T_CALL: wait for the closing tag, then decide. */
-        const char *m = find_mem(p, n, CALL_CLOSE);
+        /* T_CALL / T_GCALL: wait for the closing tag, then decide. */
+        bool gemma = t->state == T_GCALL;
+        const char *close = gemma ? G_CLOSE : CALL_CLOSE;
+        const char *m = find_mem(p, n, close);
         if (!m) return true;
-        size_t body = (size_t)(m - p);
-        char *name, *args;
-        if (srv_tool_parse_block(p, body, t->tools, &name, &args)) {
-            if (!push_call(calls, n_calls, name, args, &t->rng)) return false;
-            t->n_calls++;
-            srv_buf_consume(&t->ws, t->ws.len);
-        } else {
-            srv_buf_add(content, t->ws.p ? t->ws.p : "", t->ws.len);
-            srv_buf_consume(&t->ws, t->ws.len);
-            srv_buf_adds(content, CALL_OPEN);
-            srv_buf_add(content, p, body + sizeof CALL_CLOSE - 1);
-        }
-        srv_buf_consume(&t->hold, body + sizeof CALL_CLOSE - 1);
+        size_t body = (size_t)(m - p), cl = strlen(close);
+        bool called;
+        if (!take_block(t, p, body, gemma, content, calls, n_calls, &called)) return false;
+        if (!called) srv_buf_add(content, p + body, cl);
+        srv_buf_consume(&t->hold, body + cl);
         t->state = T_TEXT;
     }
 }
@@ -342,16 +557,10 @@ bool srv_tools_flush(struct srv_tools *t, struct srv_buf *content, struct srv_to
         } else {
             srv_buf_add(content, p, n);
         }
-    } else if (t->state == T_CALL) {
-        char *name, *args;
-        if (srv_tool_parse_block(p, n, t->tools, &name, &args)) {
-            ok = push_call(calls, n_calls, name, args, &t->rng);
-            t->n_calls++;
-        } else {
-            srv_buf_add(content, t->ws.p ? t->ws.p : "", t->ws.len);
-            srv_buf_adds(content, CALL_OPEN);
-            srv_buf_add(content, p, n);
-        }
+    } else if (t->state == T_CALL || t->state == T_GCALL) {
+        /* the output ended inside a block: a complete call still counts */
+        bool called;
+        ok = take_block(t, p, n, t->state == T_GCALL, content, calls, n_calls, &called);
     } else {
         /* T_START / T_TEXT: held whitespace and any partial tag are text. */
         struct srv_buf tail = {0};

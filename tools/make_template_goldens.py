@@ -11,6 +11,9 @@ Writes tests/fixtures/templates/:
   contexts/<case>.json            render context (the same for every template)
   <template>/<case>.txt | .err    expected output, or the error the oracle raised
   unit.json                       interpreter feature cases (template, context, expected)
+  gemma4_calls.json               assistant tool calls (and reasoning) rendered by Gemma 4's
+                                  template: the text its model writes for them, for the
+                                  server's parser to read back (tests/server/test_server_gemma.c)
 
 Run:  python3 -m venv tools/.venv && tools/.venv/bin/pip install jinja2 transformers
       tools/.venv/bin/python tools/make_template_goldens.py
@@ -387,12 +390,60 @@ def write_units():
     return out
 
 
+# --------------------------------------------------- Gemma 4 tool-call renders
+# Each case: the arguments of assistant tool calls (and optional reasoning),
+# rendered by the real template. What follows the model's turn opening, up to
+# the <|tool_response> the template (and the model) ends a call turn with, is
+# exactly what the model writes when it makes those calls.
+GEMMA4 = "google-gemma-4-31B-it"
+G_CALLS = [
+    ("strings", None, [("get_weather", {"city": "Paris", "unit": "celsius"})]),
+    ("scalars", None, [("add", {"a": 1, "b": -2, "c": 2.5, "d": 1e-07, "e": -0.0, "big": 1234567890123,
+                                "t": True, "f": False, "n": None})]),
+    ("string_bytes", None, [("note", {"text": "He said \"hi\", {ok}: [yes]\nline 2\ttab <b> 日本語 \\ back",
+                                      "empty": "", "spaces": "  padded  "})]),
+    ("nested", None, [("search", {"filter": {"tags": ["a", "b"], "range": {"min": 1, "max": 10.5},
+                                             "deep": [[1, 2], [], {}]},
+                                  "list": [{"k": "v"}, 3, True, None, "s"]})]),
+    ("key_order", None, [("f", {"Zeta": 1, "alpha": 2, "beta_2": "x"})]),
+    ("no_args", None, [("get_time", {})]),
+    ("parallel", None, [("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Rome"}),
+                        ("get_time", {"zone": "CET"})]),
+    ("with_reasoning", "The user wants the weather.\nCall the tool.", [("get_weather", {"city": "Oslo"})]),
+]
+
+
+def write_gemma4_calls():
+    src = next(s for n, _, s in shared_templates() if n == GEMMA4)
+    out = []
+    for cname, reasoning, calls in G_CALLS:
+        msg = {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_%d" % i, "type": "function", "function": {"name": n, "arguments": a}}
+            for i, (n, a) in enumerate(calls)]}
+        if reasoning:
+            msg["reasoning_content"] = reasoning
+        ctx = case([U2, msg], agp=False)
+        r = render(src, ctx)
+        assert "ok" in r, (cname, r)
+        text = r["ok"]
+        start = text.rindex("<|turn>model\n") + len("<|turn>model\n")
+        assert text.endswith("<|tool_response>"), (cname, text[-80:])
+        out.append({"name": cname, "context": ctx, "rendered": text,
+                    "output": text[start:-len("<|tool_response>")],
+                    "reasoning": reasoning or "",
+                    "calls": [{"name": n, "arguments": a} for n, a in calls]})
+    with open(os.path.join(OUT, "gemma4_calls.json"), "w") as f:
+        json.dump({"template": GEMMA4, "cases": out}, f, ensure_ascii=False, indent=1)
+    return out
+
+
 def main():
     if os.path.isdir(OUT):
         shutil.rmtree(OUT)
     os.makedirs(OUT)
     idx = write_goldens()
     units = write_units()
+    write_gemma4_calls()
     n_err = sum(1 for u in units if "error" in u)
     print("templates: %d x %d cases; unit cases: %d (%d errors)" % (len(idx["templates"]), len(CASES), len(units), n_err))
 

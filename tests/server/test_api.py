@@ -271,6 +271,44 @@ def test_tool_call_inside_and_after_think(make_server):
     assert len(m.tool_calls) == 1 and r.choices[0].finish_reason == "tool_calls"
 
 
+# Gemma 4 writes <|tool_call>call:NAME{key:<|"|>string<|"|>,key:literal}<tool_call|>
+# and reasons in <|channel>thought ... <channel|> (the parser knows every
+# format, whatever the template).
+GEMMA4 = '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:2}<tool_call|>'
+
+
+def test_tool_calls_gemma4(make_server):
+    s = make_server(*LONGCTX, script=["Checking.\n" + GEMMA4 + GEMMA4.replace("Paris", "Rome") + EOS])
+    r = check_tool_equality(s, messages=USER, max_tokens=300)
+    m = r.choices[0].message
+    assert r.choices[0].finish_reason == "tool_calls" and m.content == "Checking."
+    assert [t.function.name for t in m.tool_calls] == ["get_weather", "get_weather"]
+    assert [json.loads(t.function.arguments) for t in m.tool_calls] == [{"city": "Paris", "days": 2},
+                                                                        {"city": "Rome", "days": 2}]
+
+
+def test_tool_call_gemma4_malformed_is_text(make_server):
+    text = 'See <|tool_call>call:get_weather{city:<|"|>Paris}<tool_call|> here'
+    s = make_server(*LONGCTX, script=[text + EOS])
+    r = check_tool_equality(s, messages=USER, max_tokens=200)
+    assert r.choices[0].message.content == text and not r.choices[0].message.tool_calls
+    assert r.choices[0].finish_reason == "stop"
+
+
+def test_reasoning_gemma4_channel(make_server):
+    s = make_server(*LONGCTX, script=["<|channel>thought\nThe weather, then.\n<channel|>" + GEMMA4 + EOS,
+                                      "<|channel>thought\nThe weather, then.\n<channel|>" + GEMMA4 + EOS,
+                                      "<|channel>thought\n<channel|>Plain answer." + EOS,
+                                      "<|channel>thought\n<channel|>Plain answer." + EOS])
+    r = check_tool_equality(s, messages=USER, max_tokens=300)
+    m = r.choices[0].message
+    assert reasoning_of(m) == "The weather, then." and m.content is None
+    assert json.loads(m.tool_calls[0].function.arguments) == {"city": "Paris", "days": 2}
+    r, (content, reasoning, _, finish, _) = both(s, messages=USER, max_tokens=100)
+    assert r.choices[0].message.content == "Plain answer." and content == "Plain answer."
+    assert reasoning_of(r.choices[0].message) == "" and reasoning == "" and finish == "stop"
+
+
 def test_tool_choice_none_parses_nothing(make_server):
     s = make_server(*LONGCTX, script=[HERMES + EOS])
     r = client(s).chat.completions.create(model="m", messages=USER, tools=TOOLS, tool_choice="none",

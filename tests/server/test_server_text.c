@@ -1,7 +1,9 @@
 /*
  * test_server_text.c — the server's text pipeline (server/text_pipe.c,
- * server/toolcall.c): stop strings, the <think> splitter and the tool-call
- * parser, fed whole, character by character and in every chunk size. Each
+ * server/toolcall.c): stop strings, the reasoning splitter (<think> and
+ * Gemma 4's thought channel) and the tool-call parser (Hermes, Qwen3.5 XML,
+ * Llama 3, Gemma 4), fed whole, character by character and in every chunk
+ * size. Each
  * case asserts the exact result, and that every split gives the same result
  * (which is what makes streamed and non-streamed responses agree).
  */
@@ -31,7 +33,8 @@ static void out_free(struct out *o)
 struct pipe_cfg {
     char *stops[4];
     int n_stops;
-    bool reason, think_open, tools;
+    bool reason, tools;
+    enum srv_reason_fmt think_open;
     const char *tools_json;
 };
 
@@ -160,7 +163,7 @@ static void test_reasoning(void **state)
     check(&c, "<think>never closed  \n", "", "never closed", 0, NULL, NULL);
     check(&c, "<thinking>", "<thinking>", "", 0, NULL, NULL);
     check(&c, "<thin", "<thin", "", 0, NULL, NULL);
-    struct pipe_cfg open = {.reason = true, .think_open = true};
+    struct pipe_cfg open = {.reason = true, .think_open = SRV_RF_THINK};
     check(&open, "\nstep one\nstep two\n</think>\n\nDone", "Done", "step one\nstep two", 0, NULL, NULL);
     check(&open, "no close", "", "no close", 0, NULL, NULL);
     struct pipe_cfg off = {.reason = false};
@@ -168,6 +171,35 @@ static void test_reasoning(void **state)
     /* a stop string inside the reasoning ends everything */
     struct pipe_cfg stop = {.reason = true, .stops = {"STOP"}, .n_stops = 1};
     check(&stop, "<think>abc STOP def</think>ghi", "", "abc", 0, NULL, NULL);
+}
+
+/* Gemma 4: <|channel>thought\n...<channel|> */
+static void test_reasoning_gemma(void **state)
+{
+    struct pipe_cfg c = {.reason = true};
+    check(&c, "<|channel>thought\nI think so.\n<channel|>The answer.", "The answer.", "I think so.",
+          0, NULL, NULL);
+    /* the empty channel a non-thinking turn opens with */
+    check(&c, "<|channel>thought\n<channel|>Hi there", "Hi there", "", 0, NULL, NULL);
+    check(&c, "\n<|channel>thought\nmulti\nline\n<channel|>\n\nDone\n", "Done\n", "multi\nline", 0,
+          NULL, NULL);
+    check(&c, "<|channel>thought\nnever closed \n", "", "never closed", 0, NULL, NULL);
+    /* another channel, a partial tag, a tag later in the text: content */
+    check(&c, "<|channel>analysis x<channel|>y", "<|channel>analysis x<channel|>y", "", 0, NULL,
+          NULL);
+    check(&c, "<|chan", "<|chan", "", 0, NULL, NULL);
+    check(&c, "Text <|channel>thought\nx<channel|>", "Text <|channel>thought\nx<channel|>", "", 0,
+          NULL, NULL);
+    /* the other family's closing tag does not end the block */
+    check(&c, "<|channel>thought\na </think> b<channel|>c", "c", "a </think> b", 0, NULL, NULL);
+    /* the generation prompt opened the channel (thinking enabled) */
+    struct pipe_cfg open = {.reason = true, .think_open = SRV_RF_GEMMA4};
+    check(&open, "\nstep one\nstep two\n<channel|>Done", "Done", "step one\nstep two", 0, NULL,
+          NULL);
+    check(&open, "a </think> b", "", "a </think> b", 0, NULL, NULL);
+    struct pipe_cfg off = {.reason = false};
+    check(&off, "<|channel>thought\nx<channel|>y", "<|channel>thought\nx<channel|>y", "", 0, NULL,
+          NULL);
 }
 
 /* ---------------------------------------------------------------- tool calls */
@@ -253,6 +285,91 @@ static void test_tools_llama(void **state)
           0, NULL, NULL);
 }
 
+/* Gemma 4: <|tool_call>call:NAME{key:value,...}<tool_call|> */
+static void test_tools_gemma(void **state)
+{
+    struct pipe_cfg c = {.tools = true, .tools_json = TOOLS};
+    const char *n1[] = {"get_weather"}, *a1[] = {"{\"city\":\"Paris\"}"};
+    check(&c, "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>", "", "", 1, n1,
+          a1);
+    /* every kind of value; keys and numbers as written */
+    const char *a2[] = {
+        "{\"a\":1,\"b\":-2.5e3,\"c\":true,\"d\":false,\"e\":null,\"f\":null,\"g\":[1,\"x\","
+        "{\"h\":\"y\"},[],{}],\"i\":{\"j\":{\"k\":0.1}},\"zip\":\"01234\",\"s\":\"bare words\"}"};
+    check(
+        &c,
+        "<|tool_call>call:get_weather{a:1,b:-2.5e3,c:true,d:false,e:None,f:null,g:[1,<|\"|>x<|\"|>,"
+        "{h:<|\"|>y<|\"|>},[],{}],i:{j:{k:0.1}},zip:01234,s:bare words}<tool_call|>",
+        "", "", 1, n1, a2);
+    /* strings are verbatim between <|"|>: quotes, braces, commas, newlines */
+    const char *a3[] = {"{\"note\":\"He said \\\"hi\\\", {ok}: "
+                        "[yes]\\nnext\",\"empty\":\"\",\"\u00fcnit\":\"\u00b0C\"}"};
+    check(&c,
+          "<|tool_call>call:get_weather{note:<|\"|>He said \"hi\", {ok}: "
+          "[yes]\nnext<|\"|>,empty:<|\"|><|\"|>,"
+          "\u00fcnit:<|\"|>\u00b0C<|\"|>}<tool_call|>",
+          "", "", 1, n1, a3);
+    /* whitespace, a trailing comma, quoted keys and JSON strings are read too */
+    const char *a4[] = {"{\"a\":1,\"b\":\"x\",\"c d\":\"q\"}"};
+    check(&c,
+          "<|tool_call>call:get_weather{ a : 1 ,\n b : <|\"|>x<|\"|>, <|\"|>c d<|\"|>:\"q\", "
+          "}<tool_call|>",
+          "", "", 1, n1, a4);
+    /* text before, several calls, whitespace around them dropped */
+    const char *n3[] = {"get_weather", "get_weather", "get_time"};
+    const char *a5[] = {"{\"city\":\"Paris\"}", "{\"city\":\"Rome\"}", "{}"};
+    check(&c,
+          "Let me check.\n<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>"
+          "<|tool_call>call:get_weather{city:<|\"|>Rome<|\"|>}<tool_call|>\n"
+          "<|tool_call>call:get_time{}<tool_call|>\n",
+          "Let me check.", "", 3, n3, a5);
+    /* the output ended before <tool_call|>, the call complete: still a call */
+    check(&c, "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}", "", "", 1, n1, a1);
+    /* a Hermes call and a Gemma call in one output */
+    const char *n2[] = {"get_weather", "get_time"},
+               *a6[] = {"{\"city\":\"Paris\"}", "{\"tz\":\"CET\"}"};
+    check(
+        &c,
+        "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>\n"
+        "<|tool_call>call:get_time{tz:<|\"|>CET<|\"|>}<tool_call|>",
+        "", "", 2, n2, a6);
+}
+
+static void test_tools_gemma_literal(void **state)
+{
+    struct pipe_cfg c = {.tools = true, .tools_json = TOOLS};
+    static const char *const bad[] = {
+        "<|tool_call>call:get_weather{city:<|\"|>Paris}<tool_call|>",  /* unterminated string */
+        "<|tool_call>get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>", /* no call: */
+        "<|tool_call>call:{a:1}<tool_call|>",                          /* no name */
+        "<|tool_call>call:get weather{a:1}<tool_call|>",               /* space in the name */
+        "<|tool_call>call:f{a:1<tool_call|>",                          /* object not closed */
+        "<|tool_call>call:f{a:[1,2}<tool_call|>",                      /* array not closed */
+        "<|tool_call>call:f{a:1} extra<tool_call|>",                   /* text after the object */
+        "<|tool_call>call:f{:1}<tool_call|>",                          /* empty key */
+        "<|tool_call>call:f{a}<tool_call|>",                           /* key without value */
+        "<|tool_call>call:f{a:}<tool_call|>",                          /* empty value */
+        "<|tool_call>call:f{a:1,,b:2}<tool_call|>",                    /* empty member */
+        "<|tool_call>call:f{a:1,a:2}<tool_call|>",                     /* a key twice */
+        "<|tool_call>call:f<tool_call|>",                              /* no arguments */
+        "<|tool_call>not a call at all<tool_call|>",
+        "say <|tool_call>call:get_weather{city:<|\"|>Par", /* the output ended mid-call */
+        "<|tool_",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        check(&c, bad[i], bad[i], "", 0, NULL, NULL);
+    /* a valid call after an invalid one */
+    const char *n1[] = {"get_weather"}, *a1[] = {"{\"city\":\"Oslo\"}"};
+    check(&c,
+          "a <|tool_call>bad<tool_call|> b "
+          "<|tool_call>call:get_weather{city:<|\"|>Oslo<|\"|>}<tool_call|>",
+          "a <|tool_call>bad<tool_call|> b", "", 1, n1, a1);
+    /* tools off: all text */
+    struct pipe_cfg off = {.tools = false};
+    const char *t = "<|tool_call>call:get_weather{city:<|\"|>Oslo<|\"|>}<tool_call|>";
+    check(&off, t, t, "", 0, NULL, NULL);
+}
+
 static void test_tools_with_reasoning(void **state)
 {
     struct pipe_cfg c = {.tools = true, .tools_json = TOOLS, .reason = true};
@@ -264,15 +381,26 @@ static void test_tools_with_reasoning(void **state)
     struct pipe_cfg stop = {.tools = true, .tools_json = TOOLS, .stops = {"</tool_call>"}, .n_stops = 1};
     check(&stop, "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>x",
           "", "", 1, n1, a1);
+    /* Gemma 4: thought, then the call; a call inside the thought stays reasoning */
+    check(&c,
+          "<|channel>thought\nNeed <|tool_call>call:x{}<tool_call|> data.\n<channel|>"
+          "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>",
+          "", "Need <|tool_call>call:x{}<tool_call|> data.", 1, n1, a1);
+    struct pipe_cfg gstop = {
+        .tools = true, .tools_json = TOOLS, .stops = {"<tool_call|>"}, .n_stops = 1};
+    check(&gstop, "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>more", "", "", 1,
+          n1, a1);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_stop_across_pieces), cmocka_unit_test(test_stop_holdback),
-        cmocka_unit_test(test_reasoning),          cmocka_unit_test(test_tools_hermes),
-        cmocka_unit_test(test_tools_literal),      cmocka_unit_test(test_tools_xml),
-        cmocka_unit_test(test_tools_llama),        cmocka_unit_test(test_tools_with_reasoning),
+        cmocka_unit_test(test_stop_across_pieces),  cmocka_unit_test(test_stop_holdback),
+        cmocka_unit_test(test_reasoning),           cmocka_unit_test(test_tools_hermes),
+        cmocka_unit_test(test_tools_literal),       cmocka_unit_test(test_tools_xml),
+        cmocka_unit_test(test_tools_llama),         cmocka_unit_test(test_tools_with_reasoning),
+        cmocka_unit_test(test_reasoning_gemma),     cmocka_unit_test(test_tools_gemma),
+        cmocka_unit_test(test_tools_gemma_literal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

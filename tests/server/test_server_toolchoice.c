@@ -54,6 +54,8 @@ static void test_detect(void **state)
     expect_file("Qwen-Qwen2.5-7B-Instruct", SRV_TF_HERMES);
     expect_file("meta-llama-Llama-3.1-8B-Instruct", SRV_TF_LLAMA);
     expect_file("meta-llama-Llama-3.2-3B-Instruct", SRV_TF_LLAMA);
+    expect_file("google-gemma-4-31B-it", SRV_TF_GEMMA4);
+    expect_file("google-gemma-2-2b-it", SRV_TF_HERMES); /* shows no call: the default */
 
     struct tern_chat_template *t = NULL;
     assert_int_equal(tern_chat_template_create(XML_TMPL, strlen(XML_TMPL), &t), TERN_OK);
@@ -78,12 +80,13 @@ static void test_detect(void **state)
     tern_chat_template_destroy(t);
     assert_int_equal(srv_tool_format_detect(NULL, NULL), SRV_TF_HERMES);
     assert_string_equal(srv_tool_format_name(SRV_TF_XML), "qwen3.5-xml");
+    assert_string_equal(srv_tool_format_name(SRV_TF_GEMMA4), "gemma4");
 }
 
 /* --------------------------------------------------------------- prefill */
 
-static void expect_prefill(enum srv_tool_fmt f, enum srv_tool_choice c, const char *name, bool think,
-                           const char *want)
+static void expect_prefill(enum srv_tool_fmt f, enum srv_tool_choice c, const char *name,
+                           enum srv_reason_fmt think, const char *want)
 {
     char *p = srv_tool_prefill(f, c, name, think);
     if (!want) {
@@ -98,23 +101,29 @@ static void expect_prefill(enum srv_tool_fmt f, enum srv_tool_choice c, const ch
 static void test_prefill_text(void **state)
 {
     (void)state;
-    expect_prefill(SRV_TF_HERMES, SRV_TC_REQUIRED, NULL, false, "<tool_call>\n");
-    expect_prefill(SRV_TF_HERMES, SRV_TC_NAMED, "get_weather", false,
+    expect_prefill(SRV_TF_HERMES, SRV_TC_REQUIRED, NULL, SRV_RF_NONE, "<tool_call>\n");
+    expect_prefill(SRV_TF_HERMES, SRV_TC_NAMED, "get_weather", SRV_RF_NONE,
                    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ");
-    expect_prefill(SRV_TF_XML, SRV_TC_REQUIRED, NULL, false, "<tool_call>\n<function=");
-    expect_prefill(SRV_TF_XML, SRV_TC_NAMED, "get_weather", false, "<tool_call>\n<function=get_weather>\n");
-    expect_prefill(SRV_TF_LLAMA, SRV_TC_REQUIRED, NULL, false, "{\"name\": \"");
-    expect_prefill(SRV_TF_LLAMA, SRV_TC_NAMED, "get_weather", false,
+    expect_prefill(SRV_TF_XML, SRV_TC_REQUIRED, NULL, SRV_RF_NONE, "<tool_call>\n<function=");
+    expect_prefill(SRV_TF_XML, SRV_TC_NAMED, "get_weather", SRV_RF_NONE,
+                   "<tool_call>\n<function=get_weather>\n");
+    expect_prefill(SRV_TF_LLAMA, SRV_TC_REQUIRED, NULL, SRV_RF_NONE, "{\"name\": \"");
+    expect_prefill(SRV_TF_LLAMA, SRV_TC_NAMED, "get_weather", SRV_RF_NONE,
                    "{\"name\": \"get_weather\", \"parameters\": ");
     /* names are JSON-escaped inside JSON */
-    expect_prefill(SRV_TF_HERMES, SRV_TC_NAMED, "a\"b", false,
+    expect_prefill(SRV_TF_HERMES, SRV_TC_NAMED, "a\"b", SRV_RF_NONE,
                    "<tool_call>\n{\"name\": \"a\\\"b\", \"arguments\": ");
-    /* an open <think> is closed first */
-    expect_prefill(SRV_TF_HERMES, SRV_TC_REQUIRED, NULL, true, "</think>\n\n<tool_call>\n");
+    expect_prefill(SRV_TF_GEMMA4, SRV_TC_REQUIRED, NULL, SRV_RF_NONE, "<|tool_call>call:");
+    expect_prefill(SRV_TF_GEMMA4, SRV_TC_NAMED, "get_weather", SRV_RF_NONE,
+                   "<|tool_call>call:get_weather{");
+    /* an open reasoning block is closed first */
+    expect_prefill(SRV_TF_HERMES, SRV_TC_REQUIRED, NULL, SRV_RF_THINK, "</think>\n\n<tool_call>\n");
+    expect_prefill(SRV_TF_GEMMA4, SRV_TC_NAMED, "f", SRV_RF_GEMMA4,
+                   "<channel|><|tool_call>call:f{");
     /* auto / none: nothing */
-    expect_prefill(SRV_TF_HERMES, SRV_TC_AUTO, NULL, false, NULL);
-    expect_prefill(SRV_TF_HERMES, SRV_TC_NONE, NULL, false, NULL);
-    expect_prefill(SRV_TF_HERMES, SRV_TC_NAMED, NULL, false, NULL);
+    expect_prefill(SRV_TF_HERMES, SRV_TC_AUTO, NULL, SRV_RF_NONE, NULL);
+    expect_prefill(SRV_TF_HERMES, SRV_TC_NONE, NULL, SRV_RF_NONE, NULL);
+    expect_prefill(SRV_TF_HERMES, SRV_TC_NAMED, NULL, SRV_RF_NONE, NULL);
 }
 
 /* ------------------------------------------- prefill + continuation parse */
@@ -134,7 +143,8 @@ static void res_free(struct res *r)
 }
 
 /* Feeds `pieces` (NULL-terminated) through reasoning -> tools. */
-static void run(const char *const *pieces, bool reason, bool think_open, struct res *r)
+static void run(const char *const *pieces, bool reason, enum srv_reason_fmt think_open,
+                struct res *r)
 {
     memset(r, 0, sizeof *r);
     struct srv_reason rs;
@@ -164,8 +174,9 @@ static void run(const char *const *pieces, bool reason, bool think_open, struct 
 /* The prefill of (f, choice) then `cont` in every chunk size must give what
  * the whole text gives, and that must be `content` + one call (name, args),
  * or no call when name is NULL. */
-static void check_cont(enum srv_tool_fmt f, enum srv_tool_choice choice, bool think_open,
-                       const char *cont, const char *content, const char *name, const char *args)
+static void check_cont(enum srv_tool_fmt f, enum srv_tool_choice choice,
+                       enum srv_reason_fmt think_open, const char *cont, const char *content,
+                       const char *name, const char *args)
 {
     char *pf = srv_tool_prefill(f, choice, "get_weather", think_open);
     assert_non_null(pf);
@@ -209,36 +220,51 @@ static void test_prefill_parse(void **state)
 {
     (void)state;
     /* Hermes */
-    check_cont(SRV_TF_HERMES, SRV_TC_NAMED, false, "{\"city\": \"Paris\"}}\n</tool_call>", "",
+    check_cont(SRV_TF_HERMES, SRV_TC_NAMED, SRV_RF_NONE, "{\"city\": \"Paris\"}}\n</tool_call>", "",
                "get_weather", "{\"city\":\"Paris\"}");
-    check_cont(SRV_TF_HERMES, SRV_TC_REQUIRED, false,
+    check_cont(SRV_TF_HERMES, SRV_TC_REQUIRED, SRV_RF_NONE,
                "{\"name\": \"get_weather\", \"arguments\": {\"days\": 2}}\n</tool_call>", "",
                "get_weather", "{\"days\":2}");
     /* the closing tag never came (EOS first): the block still parses at the end */
-    check_cont(SRV_TF_HERMES, SRV_TC_NAMED, false, "{}}", "", "get_weather", "{}");
+    check_cont(SRV_TF_HERMES, SRV_TC_NAMED, SRV_RF_NONE, "{}}", "", "get_weather", "{}");
     /* an open <think> is closed by the prefill: no reasoning, the same call */
-    check_cont(SRV_TF_HERMES, SRV_TC_NAMED, true, "{\"city\": \"Oslo\"}}</tool_call>", "",
+    check_cont(SRV_TF_HERMES, SRV_TC_NAMED, SRV_RF_THINK, "{\"city\": \"Oslo\"}}</tool_call>", "",
                "get_weather", "{\"city\":\"Oslo\"}");
     /* not a call: the literal text, prefill included */
-    check_cont(SRV_TF_HERMES, SRV_TC_NAMED, false, "hello",
+    check_cont(SRV_TF_HERMES, SRV_TC_NAMED, SRV_RF_NONE, "hello",
                "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": hello", NULL, NULL);
-    check_cont(SRV_TF_HERMES, SRV_TC_REQUIRED, false, "I will not.</tool_call> ok",
+    check_cont(SRV_TF_HERMES, SRV_TC_REQUIRED, SRV_RF_NONE, "I will not.</tool_call> ok",
                "<tool_call>\nI will not.</tool_call> ok", NULL, NULL);
     /* Qwen3.5 XML */
-    check_cont(SRV_TF_XML, SRV_TC_NAMED, false,
-               "<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+    check_cont(SRV_TF_XML, SRV_TC_NAMED, SRV_RF_NONE,
+               "<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</"
+               "function>\n</tool_call>",
                "", "get_weather", "{\"city\":\"Paris\",\"days\":3}");
-    check_cont(SRV_TF_XML, SRV_TC_REQUIRED, false, "get_weather>\n</function>\n</tool_call>", "",
-               "get_weather", "{}");
-    check_cont(SRV_TF_XML, SRV_TC_NAMED, false, "<oops>", "<tool_call>\n<function=get_weather>\n<oops>",
-               NULL, NULL);
+    check_cont(SRV_TF_XML, SRV_TC_REQUIRED, SRV_RF_NONE, "get_weather>\n</function>\n</tool_call>",
+               "", "get_weather", "{}");
+    check_cont(SRV_TF_XML, SRV_TC_NAMED, SRV_RF_NONE, "<oops>",
+               "<tool_call>\n<function=get_weather>\n<oops>", NULL, NULL);
     /* Llama 3 JSON */
-    check_cont(SRV_TF_LLAMA, SRV_TC_NAMED, false, "{\"city\": \"Rome\"}}", "", "get_weather",
+    check_cont(SRV_TF_LLAMA, SRV_TC_NAMED, SRV_RF_NONE, "{\"city\": \"Rome\"}}", "", "get_weather",
                "{\"city\":\"Rome\"}");
-    check_cont(SRV_TF_LLAMA, SRV_TC_REQUIRED, false, "get_weather\", \"parameters\": {}}", "",
+    check_cont(SRV_TF_LLAMA, SRV_TC_REQUIRED, SRV_RF_NONE, "get_weather\", \"parameters\": {}}", "",
                "get_weather", "{}");
-    check_cont(SRV_TF_LLAMA, SRV_TC_NAMED, false, "nope",
+    check_cont(SRV_TF_LLAMA, SRV_TC_NAMED, SRV_RF_NONE, "nope",
                "{\"name\": \"get_weather\", \"parameters\": nope", NULL, NULL);
+    /* Gemma 4 */
+    check_cont(SRV_TF_GEMMA4, SRV_TC_NAMED, SRV_RF_NONE,
+               "city:<|\"|>Paris<|\"|>,days:2}<tool_call|>", "", "get_weather",
+               "{\"city\":\"Paris\",\"days\":2}");
+    check_cont(SRV_TF_GEMMA4, SRV_TC_REQUIRED, SRV_RF_NONE, "get_weather{}<tool_call|>", "",
+               "get_weather", "{}");
+    /* the model ended the turn without <tool_call|> */
+    check_cont(SRV_TF_GEMMA4, SRV_TC_NAMED, SRV_RF_NONE, "days:1}", "", "get_weather",
+               "{\"days\":1}");
+    /* thinking was on: the prefill closes the channel; the same call, no reasoning */
+    check_cont(SRV_TF_GEMMA4, SRV_TC_NAMED, SRV_RF_GEMMA4, "city:<|\"|>Oslo<|\"|>}<tool_call|>", "",
+               "get_weather", "{\"city\":\"Oslo\"}");
+    check_cont(SRV_TF_GEMMA4, SRV_TC_NAMED, SRV_RF_NONE, "I cannot.",
+               "<|tool_call>call:get_weather{I cannot.", NULL, NULL);
 }
 
 int main(void)
