@@ -79,13 +79,14 @@ int tern_cmd_inspect(int argc, char **argv)
                "\"n_heads\": %d, \"n_kv_heads\": %d, \"head_dim\": %d, \"intermediate_size\": %d, "
                "\"vocab_size\": %d, \"context_length\": %d, \"tied_embeddings\": %s, "
                "\"has_tokenizer\": %s, \"has_chat_template\": %s, \"unused_tensors\": %d, "
-               "\"device\": \"%s\"}\n",
+               "\"device\": \"%s\", \"kv_bytes_per_token\": %lld, \"kv_bytes_windowed\": %lld}\n",
                in.architecture, in.model_type, in.dtype, (long long)in.n_params,
                (long long)in.weight_bytes, in.n_layers, in.n_embd, in.n_heads, in.n_kv_heads,
                in.head_dim, in.n_ff, in.vocab_size, in.context_length,
                in.tied_embeddings ? "true" : "false", in.has_tokenizer ? "true" : "false",
                in.has_chat_template ? "true" : "false", in.n_unused_tensors,
-               cli_device_name(in.device));
+               cli_device_name(in.device), (long long)in.kv_bytes_per_token,
+               (long long)in.kv_bytes_windowed);
     } else {
         printf("architecture     %s (%s)\n", in.architecture, in.model_type);
         printf("parameters       %.3f M\n", (double)in.n_params / 1e6);
@@ -102,6 +103,10 @@ int tern_cmd_inspect(int argc, char **argv)
         printf("chat template    %s\n", in.has_chat_template ? "yes" : "no");
         printf("unused tensors   %d\n", in.n_unused_tensors);
         printf("device           %s\n", cli_device_name(in.device));
+        printf("KV cache         %lld B per token", (long long)in.kv_bytes_per_token);
+        if (in.kv_bytes_windowed)
+            printf(" + %.2f MB for the sliding windows", (double)in.kv_bytes_windowed / 1e6);
+        printf("\n");
     }
     tern_model_close(m);
     return 0;

@@ -114,6 +114,12 @@ struct tern_model_info {
     bool has_chat_template;
     int32_t n_unused_tensors; /* tensors in the files that the architecture does not use */
     enum tern_device device;  /* where the model runs (CPU or CUDA, never AUTO) */
+    /* KV cache one sequence of n tokens holds (in blocks of 16 tokens, in the
+     * cache dtype of the device): kv_bytes_per_token * n for the layers that
+     * attend to everything, plus at most kv_bytes_windowed for the
+     * sliding-window layers, whatever n (they keep only their window). */
+    int64_t kv_bytes_per_token;
+    int64_t kv_bytes_windowed;
 };
 
 enum tern_status tern_model_get_info(const struct tern_model *model, struct tern_model_info *out);

@@ -149,15 +149,172 @@ PRESETS = {
 SHARD_BYTES = 5 * 10**9
 
 
+GEMMA3_12B_TEXT = {
+    # google/gemma-3-12b-it text_config (as Gemma3ForCausalLM; the same compute as the wrapper)
+    "architectures": ["Gemma3ForCausalLM"],
+    "model_type": "gemma3_text",
+    "attention_bias": False,
+    "bos_token_id": 2,
+    "eos_token_id": [1, 106],
+    "final_logit_softcapping": None,
+    "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "hidden_size": 3840,
+    "intermediate_size": 15360,
+    "max_position_embeddings": 131072,
+    "num_attention_heads": 16,
+    "num_hidden_layers": 48,
+    "num_key_value_heads": 8,
+    "query_pre_attn_scalar": 256,
+    "rms_norm_eps": 1e-06,
+    "rope_local_base_freq": 10000.0,
+    "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+    "rope_theta": 1000000.0,
+    "sliding_window": 1024,
+    "sliding_window_pattern": 6,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 262208,
+}
+
+GEMMA4_ROPE = {
+    "full_attention": {"partial_rotary_factor": 0.25, "rope_theta": 1000000.0,
+                       "rope_type": "proportional"},
+    "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"},
+}
+
+
+def gemma4_layer_types(n, pattern):
+    t = ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(n)]
+    t[-1] = "full_attention"
+    return t
+
+
+GEMMA4_E4B = {
+    # Gemma 4 e4b's published shape (../shared/SEED-NOTES.md §1: 42 layers, hidden 2560,
+    # sliding hd 256 / full hd 512, 5:1, window 512, per-layer inputs 256, KV sharing);
+    # heads, kv heads, intermediate and the shared-layer count as in Gemma 3n e4b
+    "architectures": ["Gemma4ForCausalLM"],
+    "model_type": "gemma4_text",
+    "attention_bias": False,
+    "attention_k_eq_v": False,
+    "bos_token_id": 2,
+    "eos_token_id": [1, 106],
+    "enable_moe_block": False,
+    "final_logit_softcapping": 30.0,
+    "global_head_dim": 512,
+    "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "hidden_size": 2560,
+    "hidden_size_per_layer_input": 256,
+    "intermediate_size": 10240,
+    "layer_types": gemma4_layer_types(42, 6),
+    "max_position_embeddings": 131072,
+    "num_attention_heads": 8,
+    "num_hidden_layers": 42,
+    "num_key_value_heads": 2,
+    "num_kv_shared_layers": 18,
+    "rms_norm_eps": 1e-06,
+    "rope_parameters": GEMMA4_ROPE,
+    "sliding_window": 512,
+    "tie_word_embeddings": True,
+    "use_double_wide_mlp": True,
+    "vocab_size": 262144,
+    "vocab_size_per_layer_input": 262144,
+}
+
+GEMMA4_12B = {
+    # Gemma 4 12B (gemma4_unified's text model, ../shared/SEED-NOTES.md §1): 48 layers, hidden
+    # 3840, 16 / 8 / 256 sliding, full hd 512 with one kv head and k_eq_v, 40:8, window 1024
+    "architectures": ["Gemma4ForCausalLM"],
+    "model_type": "gemma4_text",
+    "attention_bias": False,
+    "attention_k_eq_v": True,
+    "bos_token_id": 2,
+    "eos_token_id": [1, 106],
+    "enable_moe_block": False,
+    "final_logit_softcapping": 30.0,
+    "global_head_dim": 512,
+    "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "hidden_size": 3840,
+    "hidden_size_per_layer_input": 0,
+    "intermediate_size": 15360,
+    "layer_types": gemma4_layer_types(48, 6),
+    "max_position_embeddings": 262144,
+    "num_attention_heads": 16,
+    "num_global_key_value_heads": 1,
+    "num_hidden_layers": 48,
+    "num_key_value_heads": 8,
+    "num_kv_shared_layers": 0,
+    "rms_norm_eps": 1e-06,
+    "rope_parameters": GEMMA4_ROPE,
+    "sliding_window": 1024,
+    "tie_word_embeddings": True,
+    "use_double_wide_mlp": False,
+    "vocab_size": 262144,
+}
+
+PRESETS.update({"gemma-3-12b": GEMMA3_12B_TEXT, "gemma-4-e4b": GEMMA4_E4B,
+                "gemma-4-12b": GEMMA4_12B})
+
+
+def gemma_layer_shapes(c, i, p):
+    """A Gemma 2/3/4 layer's tensors (Gemma 4's per-layer geometry and sharing)."""
+    E, H = c["hidden_size"], c["num_attention_heads"]
+    g4 = c["model_type"] == "gemma4_text"
+    n = c["num_hidden_layers"]
+    types = c.get("layer_types") or ["sliding_attention"] * n
+    full = types[i] == "full_attention"
+    hd, kv = c["head_dim"], c["num_key_value_heads"]
+    if g4 and full:
+        hd = c.get("global_head_dim", 512)
+        if c.get("attention_k_eq_v"):
+            kv = c.get("num_global_key_value_heads") or kv
+    shared = g4 and i >= n - (c.get("num_kv_shared_layers") or 0)
+    F = c["intermediate_size"] * (2 if shared and c.get("use_double_wide_mlp") else 1)
+    out = [(p + "input_layernorm.weight", (E,)), (p + "self_attn.q_proj.weight", (H * hd, E))]
+    if not shared:
+        out.append((p + "self_attn.k_proj.weight", (kv * hd, E)))
+        if not (g4 and full and c.get("attention_k_eq_v")):
+            out.append((p + "self_attn.v_proj.weight", (kv * hd, E)))
+    out += [(p + "self_attn.o_proj.weight", (E, H * hd)), (p + "self_attn.q_norm.weight", (hd,))]
+    if not shared:
+        out.append((p + "self_attn.k_norm.weight", (hd,)))
+    out += [(p + "post_attention_layernorm.weight", (E,)),
+            (p + "pre_feedforward_layernorm.weight", (E,)),
+            (p + "post_feedforward_layernorm.weight", (E,)),
+            (p + "mlp.gate_proj.weight", (F, E)), (p + "mlp.up_proj.weight", (F, E)),
+            (p + "mlp.down_proj.weight", (E, F))]
+    if g4:
+        out.append((p + "layer_scalar", (1,)))
+        P = c.get("hidden_size_per_layer_input")
+        if P:
+            out += [(p + "per_layer_input_gate.weight", (P, E)),
+                    (p + "per_layer_projection.weight", (E, P)),
+                    (p + "post_per_layer_input_norm.weight", (E,))]
+    return out
+
+
 def tensor_shapes(c):
     """HF tensor names and shapes, in the order HF writes them."""
     E, F, V = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
     H, KV = c["num_attention_heads"], c["num_key_value_heads"]
     hd = c.get("head_dim") or E // H
     qk_norm = c["model_type"] == "qwen3"
+    gemma = c["model_type"] in ("gemma3_text", "gemma4_text")
     out = [("model.embed_tokens.weight", (V, E))]
+    P = c.get("hidden_size_per_layer_input") if c["model_type"] == "gemma4_text" else None
+    if P:
+        L = c["num_hidden_layers"]
+        out += [("model.embed_tokens_per_layer.weight", (c["vocab_size_per_layer_input"], L * P)),
+                ("model.per_layer_model_projection.weight", (L * P, E)),
+                ("model.per_layer_projection_norm.weight", (P,))]
     for i in range(c["num_hidden_layers"]):
         p = f"model.layers.{i}."
+        if gemma:
+            out += gemma_layer_shapes(c, i, p)
+            continue
         out += [
             (p + "input_layernorm.weight", (E,)),
             (p + "self_attn.q_proj.weight", (H * hd, E)),
@@ -174,7 +331,7 @@ def tensor_shapes(c):
             (p + "mlp.down_proj.weight", (E, F)),
         ]
     out.append(("model.norm.weight", (E,)))
-    if not c["tie_word_embeddings"]:
+    if not c.get("tie_word_embeddings"):
         out.append(("lm_head.weight", (V, E)))
     return out
 
@@ -201,7 +358,12 @@ def check_config(c):
         from transformers import AutoConfig
     except ImportError:
         return
-    cfg = AutoConfig.for_model(**c)
+    try:
+        cfg = AutoConfig.for_model(**c)
+    except (ValueError, KeyError) as e:  # a transformers without this model type
+        print(f"make_model: transformers cannot check {c['model_type']}: {e}", file=sys.stderr)
+        return
+    cfg = cfg.get_text_config()
     assert cfg.hidden_size == c["hidden_size"], "transformers read a different hidden_size"
 
 

@@ -130,6 +130,16 @@ enum tern_status tern_model_get_info(const struct tern_model *m, struct tern_mod
     out->context_length = hp->max_position_embeddings;
     out->bos_id = hp->bos_token_id;
     out->device = m->core.be->device;
+    const struct tern_model_core *c = &m->core;
+    for (int32_t l = 0; l < hp->num_hidden_layers; l++) {
+        const struct tern_layer_plan *p = &c->plans[l];
+        if (p->kv_source != l) continue; /* reads another layer's */
+        int64_t per = 2 * (int64_t)p->attn.n_kv_heads * p->attn.head_dim *
+                      (int64_t)tern_dtype_size(c->be->kv_dtype);
+        int32_t w = p->attn.sliding_window, bs = 16;
+        if (w) out->kv_bytes_windowed += per * bs * ((w - 1 + bs - 1) / bs + 1);
+        else out->kv_bytes_per_token += per;
+    }
     out->eos_id = hp->n_eos ? hp->eos_token_ids[0] : -1;
     out->tied_embeddings = hp->tie_word_embeddings;
     out->has_tokenizer = m->tok != NULL;

@@ -189,6 +189,25 @@ static void test_prefix_cache_sliding(void **state)
     }
 }
 
+/* The KV a sequence holds: full layers per token, sliding layers their
+ * window only, layers that share K/V nothing (tiny-gemma4: one full layer
+ * of its own, 1 kv head x 32; three sliding ones, 2 x 16, window 8 = two
+ * 16-token blocks; two sharers; f32 on the CPU). */
+static void test_kv_bytes(void **state)
+{
+    struct tern_model *m = open_fixture("tiny-gemma4");
+    struct tern_model_info in;
+    assert_int_equal(tern_model_get_info(m, &in), TERN_OK);
+    assert_int_equal(in.kv_bytes_per_token, 2 * 1 * 32 * 4);
+    assert_int_equal(in.kv_bytes_windowed, 3 * (2 * 2 * 16 * 4) * 32);
+    tern_model_close(m);
+    m = open_fixture("tiny-llama");
+    assert_int_equal(tern_model_get_info(m, &in), TERN_OK);
+    assert_int_equal(in.kv_bytes_windowed, 0);
+    assert_int_equal(in.kv_bytes_per_token, 2 * in.n_layers * in.n_kv_heads * in.head_dim * 4);
+    tern_model_close(m);
+}
+
 static void test_prefix_cache(void **state)
 {
     struct tern_model *m = open_fixture("tiny-llama");
@@ -285,6 +304,7 @@ int main(void)
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_prefix_cache),
         cmocka_unit_test(test_prefix_cache_sliding),
+        cmocka_unit_test(test_kv_bytes),
         cmocka_unit_test(test_cancel_and_reject),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
