@@ -8,9 +8,12 @@
  * every byte of every tensor, and every row of a tensor whose type has a
  * dequantizer through tern_ggml_dequant_row and tern_ggml_dot_row, so that
  * an accepted header whose lengths or offsets escape the image shows up under
- * ASan. Errors must be one line.
+ * ASan. Then the tokenizer and chat template the metadata describes, when it
+ * describes one: a fixed text through tokenize and detokenize. Errors must be
+ * one line.
  */
 #include "io/gguf.h"
+#include "text/tok_gguf.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -75,6 +78,34 @@ static void walk_tensor(const struct tern_gguf_tensor *t)
     free(x);
 }
 
+static void walk_tokenizer(const struct tern_gguf *g)
+{
+    struct tern_tokenizer *tok = NULL;
+    if (tern_tokenizer_from_gguf(g, &tok) == TERN_OK) {
+        static const char text[] = "Hello world 123 <|s|> \xe2\x96\x81 caf\xc3\xa9 \xff";
+        int32_t *ids;
+        size_t n, len;
+        char *back;
+        if (tern_tokenize(tok, text, sizeof text - 1, true, &ids, &n) == TERN_OK) {
+            if (tern_detokenize(tok, ids, n, false, &back, &len) == TERN_OK)
+                tern_free_buf(back);
+            else
+                check_message();
+            tern_free_buf(ids);
+        } else {
+            check_message();
+        }
+        tern_tokenizer_close(tok);
+    } else {
+        check_message();
+    }
+    struct tern_chat_template *t = NULL;
+    if (tern_chat_template_from_gguf(g, NULL, &t) == TERN_OK)
+        tern_chat_template_destroy(t);
+    else
+        check_message();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -103,6 +134,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (tern_gguf_find_tensor(g, t->name) != t) abort();
             walk_tensor(t);
         }
+        walk_tokenizer(g);
         tern_gguf_close(g);
     } else {
         if (g) abort();
