@@ -54,7 +54,7 @@ static enum tern_status load_vocab(struct gload *l)
     size_t bytes = 1, len;
     for (int32_t id = 0; id < l->n; id++) {
         tern_gguf_arr_str(l->toks, (uint64_t)id, &len);
-        bytes += len;
+        bytes += len + 1; /* each string is stored with a NUL */
     }
     if (bytes >= UINT32_MAX)
         return tern_error(TERN_E_UNSUPPORTED, "%s: the vocabulary's strings exceed 4 GiB", l->path);
