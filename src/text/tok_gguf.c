@@ -21,6 +21,7 @@
 #include "io/gguf_arch.h"
 #include "text/tok_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -299,6 +300,17 @@ static enum tern_status spm_components(struct gload *l, const struct tern_gguf_t
 
 /* ---------------------------------------------------------------- entry points */
 
+/* Rewrites the thread's message with control characters as '?': names taken
+ * from the file (a pre-tokenizer, a merge, template text) stay on one line. */
+static enum tern_status one_line(enum tern_status st)
+{
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", tern_last_error());
+    for (char *p = buf; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+    return tern_error(st, "%s", buf);
+}
+
 static enum tern_status build(struct gload *l)
 {
     struct tern_tokenizer *tok = l->tok;
@@ -349,7 +361,7 @@ enum tern_status tern_tokenizer_from_gguf(const struct tern_gguf *g, struct tern
     enum tern_status st = build(&l);
     if (st) {
         tern_tokenizer_close(tok);
-        return st;
+        return one_line(st);
     }
     *out = tok;
     return TERN_OK;
@@ -372,5 +384,5 @@ enum tern_status tern_chat_template_from_gguf(const struct tern_gguf *g, const c
     if (!st && (st = tern_chat_template_create(src, len, out)) != TERN_OK)
         tern_error_prefix(st, "%s: %s", tern_gguf_path(g), key.data);
     tern_str_deinit(&key);
-    return st;
+    return st ? one_line(st) : TERN_OK;
 }

@@ -367,6 +367,10 @@ static void test_small(void **state)
     assert_int_equal(tern_tokenizer_from_gguf(g, &tok), TERN_E_UNSUPPORTED);
     assert_non_null(strstr(tern_last_error(), "tokenizer.ggml.pre 'falcon'"));
     tern_gguf_close(g), tern_free(img);
+    g = small_vocab(&b, "gpt2", "smo\nlm", "a b", &img); /* file text stays on one line */
+    assert_int_equal(tern_tokenizer_from_gguf(g, &tok), TERN_E_UNSUPPORTED);
+    assert_non_null(strstr(tern_last_error(), "tokenizer.ggml.pre 'smo?lm'"));
+    tern_gguf_close(g), tern_free(img);
     g = small_vocab(&b, "gpt2", "gpt2", "b a", &img); /* "ba" is no token */
     assert_int_equal(tern_tokenizer_from_gguf(g, &tok), TERN_E_FORMAT);
     assert_non_null(strstr(tern_last_error(), "small.gguf: tokenizer.ggml.merges[1] 'b a'"));
