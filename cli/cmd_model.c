@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Options shared by the model commands. */
@@ -61,14 +62,24 @@ static int open_model(const char *cmd, const struct model_opts *o, struct tern_m
 }
 
 static const char inspect_usage[] =
-    "usage: tern inspect --model DIR [--json] [--device cpu|cuda|auto]\n"
-    "Shows the architecture, parameter count, dtype, bytes and context length.\n";
+    "usage: tern inspect --model DIR|FILE.gguf [--json] [--device cpu|cuda|auto]\n"
+    "Shows the architecture, parameter count, dtype, bytes and context length;\n"
+    "for a GGUF file, a summary of its metadata (no weights are loaded).\n";
 
 int tern_cmd_inspect(int argc, char **argv)
 {
     struct model_opts o;
     int rc = parse_opts("inspect", argc, argv, &o, inspect_usage);
     if (rc >= 0) return rc;
+    struct stat sb;
+    if (stat(o.model, &sb) == 0 && S_ISREG(sb.st_mode)) { /* a file: GGUF */
+        char *text;
+        enum tern_status st = tern_gguf_describe(o.model, o.json, &text);
+        if (st != TERN_OK) return cli_fail("inspect", NULL, st);
+        fputs(text, stdout);
+        tern_free_buf(text);
+        return 0;
+    }
     struct tern_model *m;
     if ((rc = open_model("inspect", &o, &m))) return rc;
     struct tern_model_info in;

@@ -124,6 +124,13 @@ struct tern_model_info {
 
 enum tern_status tern_model_get_info(const struct tern_model *model, struct tern_model_info *out);
 
+/* Describes a GGUF file (llama.cpp's format) from its metadata alone, without
+ * loading weights, for `tern inspect`: the architecture and its sizes,
+ * tensors counted by type, the tokenizer kind and whether a chat template is
+ * present. "name  value" lines, or one JSON object when `json`, in a new
+ * NUL-terminated buffer (tern_free_buf). Errors name the file. */
+enum tern_status tern_gguf_describe(const char *path, bool json, char **out);
+
 /* ----------------------------------------------------------------- engine */
 
 /* An engine owns the mutable state of inference over one model: KV cache,

@@ -312,3 +312,26 @@ int32_t *tu_model_greedy(struct tern_model *m, const int32_t *ids, int n, int G)
     tern_engine_destroy(e);
     return gen;
 }
+
+char *tu_smollm2_gguf(void)
+{
+    const char *env = getenv("TERN_SMOLLM2_GGUF");
+    struct tern_str s = {0};
+    if (env && *env) {
+        tern_str_appendz(&s, env);
+    } else {
+        const char *cache = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+        if (cache && *cache)
+            tern_str_appendf(&s, "%s/tern/", cache);
+        else
+            tern_str_appendf(&s, "%s/.cache/tern/", home ? home : ".");
+        tern_str_appendz(&s, "SmolLM2-135M-Instruct.Q4_1.gguf");
+    }
+    char *path = tern_str_take(&s);
+    if (tern_file_exists(path)) return path;
+    printf("skipped: %s is absent (tools/fetch_smollm2_gguf.sh fetches it, or set "
+           "TERN_SMOLLM2_GGUF)\n",
+           path);
+    tern_free(path);
+    return NULL;
+}

@@ -87,6 +87,12 @@ char *tu_write_temp(const char *name, const void *data, size_t len);
 /* Makes a fresh temporary directory (tern_free). */
 char *tu_temp_dir(const char *tag);
 
+/* The SmolLM2-135M-Instruct Q4_1 GGUF (98 MB, kept out of the repository;
+ * tools/fetch_smollm2_gguf.sh fetches it): $TERN_SMOLLM2_GGUF, else
+ * ${XDG_CACHE_HOME:-~/.cache}/tern/SmolLM2-135M-Instruct.Q4_1.gguf. NULL, with
+ * a "skipped: ..." line printed, when the file is absent; else tern_free. */
+char *tu_smollm2_gguf(void);
+
 struct tern_model;
 struct tern_engine;
 /* An engine of one sequence over m: batches of max_batch_tokens,

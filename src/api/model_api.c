@@ -5,7 +5,18 @@
  */
 #include "api/api.h"
 
+#include <stdio.h>
 #include <string.h>
+
+/* A regular file that starts with GGUF's magic. */
+static bool is_gguf(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char magic[4] = {0};
+    bool yes = f && fread(magic, 1, 4, f) == 4 && !memcmp(magic, "GGUF", 4);
+    if (f) fclose(f);
+    return yes;
+}
 
 static enum tern_status open_generation_config(struct tern_model *m)
 {
@@ -53,6 +64,12 @@ enum tern_status tern_model_open(const char *dir, const struct tern_model_params
     char *cfg_path = tern_path_join(dir, "config.json");
     if (!cfg_path) {
         st = TERN_E_NO_MEMORY;
+        goto fail;
+    }
+    if (is_gguf(dir)) {
+        st = tern_error(TERN_E_UNSUPPORTED, "%s: a GGUF file: `tern inspect` reads it, but GGUF "
+                        "weights cannot be loaded yet", dir);
+        tern_free(cfg_path);
         goto fail;
     }
     if (!tern_file_exists(cfg_path)) {

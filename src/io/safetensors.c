@@ -15,21 +15,16 @@
  * are NOT aligned in general (the format does not promise it): readers must
  * memcpy or use unaligned loads.
  *
- * Depends on base/, tensor/, jansson, POSIX mmap.
+ * Depends on base/, tensor/, jansson, io_internal.h (the file mapping).
  */
 #include "io/safetensors.h"
 #include "io/config.h"
 #include "io/io_internal.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 struct tern_st_file {
     char *path;
@@ -340,41 +335,6 @@ enum tern_status tern_st_image_parse(const void *image, size_t len, const char *
 
 /* ---------------------------------------------------------------- file */
 
-static enum tern_status map_file(const char *path, void **map, size_t *bytes)
-{
-    *map = NULL;
-    *bytes = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        enum tern_status st = errno == ENOENT ? TERN_E_NOT_FOUND : TERN_E_IO;
-        return tern_io_error(st, "%s: cannot open: %s", path, strerror(errno));
-    }
-    struct stat sb;
-    enum tern_status st = TERN_OK;
-    if (fstat(fd, &sb) != 0) {
-        st = tern_io_error(TERN_E_IO, "%s: cannot stat: %s", path, strerror(errno));
-    } else if (!S_ISREG(sb.st_mode)) {
-        st = tern_io_error(TERN_E_IO, "%s: not a regular file", path);
-    } else if (sb.st_size < 8) {
-        st = tern_io_error(TERN_E_FORMAT,
-                           "%s: file is %lld bytes, too short for the 8-byte header length", path,
-                           (long long)sb.st_size);
-    } else if ((uint64_t)sb.st_size > SIZE_MAX) {
-        st = tern_io_error(TERN_E_UNSUPPORTED, "%s: file too large to map", path);
-    } else {
-        void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            st = tern_io_error(TERN_E_IO, "%s: mmap of %lld bytes failed: %s", path,
-                               (long long)sb.st_size, strerror(errno));
-        } else {
-            *map = m;
-            *bytes = (size_t)sb.st_size;
-        }
-    }
-    close(fd);
-    return st;
-}
-
 enum tern_status tern_st_file_open(const char *path, struct tern_st_file **out)
 {
     *out = NULL;
@@ -382,7 +342,8 @@ enum tern_status tern_st_file_open(const char *path, struct tern_st_file **out)
     if (!f) return TERN_E_NO_MEMORY;
     enum tern_status st = TERN_E_NO_MEMORY;
     if (!(f->path = tern_strdup(path))) goto fail;
-    if ((st = map_file(path, &f->map, &f->map_bytes)) != TERN_OK) goto fail;
+    st = tern_io_map_file(path, 8, "the 8-byte header length", &f->map, &f->map_bytes);
+    if (st != TERN_OK) goto fail;
     size_t start = 0;
     st = tern_st_image_parse(f->map, f->map_bytes, path, &f->header, &start);
     if (st != TERN_OK) goto fail;
@@ -398,7 +359,7 @@ fail:
 void tern_st_file_close(struct tern_st_file *f)
 {
     if (!f) return;
-    if (f->map) munmap(f->map, f->map_bytes);
+    tern_io_unmap_file(f->map, f->map_bytes);
     tern_st_header_deinit(&f->header);
     tern_free(f->path);
     tern_free(f);

@@ -6,6 +6,7 @@
  *   tok_json.c     fast scanner for the two huge tokenizer.json arrays
  *                  (model.vocab, model.merges); the rest goes through jansson
  *   tok_load.c     tern_tokenizer_open: components, added tokens, config
+ *   tok_gguf.c     tern_tokenizer_from_gguf: the same tokenizer from GGUF metadata
  *   tok_norm.c     normalizers
  *   tok_pretok.c   pre-tokenizers (Split/ByteLevel regexes through PCRE2 JIT)
  *   tok_bpe.c      the BPE model: merge loop with a binary heap, word cache
@@ -50,6 +51,8 @@ enum tern_status tok_vocab_reserve(struct tok_vocab *v, int32_t n_ids, size_t n_
  * already indexed under another id keeps its first id in the index. */
 enum tern_status tok_vocab_set(struct tok_vocab *v, int32_t id, const char *s, size_t len);
 int32_t tok_vocab_find(const struct tok_vocab *v, const char *s, size_t len);
+/* Extends the id range to n_ids (new ids are holes). */
+enum tern_status tok_vocab_grow(struct tok_vocab *v, int32_t n_ids);
 void tok_vocab_deinit(struct tok_vocab *v);
 static inline const char *tok_vocab_str(const struct tok_vocab *v, int32_t id, size_t *len)
 {
@@ -263,6 +266,17 @@ struct tern_tokenizer {
 };
 
 /* ------------------------------------------------------------ internals */
+
+/* GPT-2's pre-tokenizer regex (HF ByteLevel with use_regex). */
+extern const char tok_gpt2_regex[];
+
+/* After the vocabulary, components and merges are in place: the byte and
+ * ASCII lookup tables (and, for byte-level vocabularies, the raw-bytes index
+ * and the decoder flag). Before tok_build_added. */
+enum tern_status tok_build_tables(struct tern_tokenizer *tok);
+/* After the added tokens are in tok->added: their match strings
+ * (normalized where they ask for it), the id -> added index and the tries. */
+enum tern_status tok_build_added(struct tern_tokenizer *tok);
 
 enum tern_status tok_json_scan_model(char *buf, size_t len, struct tern_tokenizer *tok,
                                      const char *path);

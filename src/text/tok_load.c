@@ -135,7 +135,7 @@ static enum tern_status load_normalizer(struct loader *l, json_t *o)
 
 /* ------------------------------------------------------------ pre-tokenizers */
 
-static const char GPT2_RE[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|"
+const char tok_gpt2_regex[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|"
                               "\\s+(?!\\S)|\\s+";
 
 static enum tern_status split_behavior(struct loader *l, json_t *o, enum tok_split_behavior *b)
@@ -184,9 +184,9 @@ static enum tern_status load_pretok(struct loader *l, json_t *o)
         tok->byte_level = true;
         if (!p->use_regex) return TERN_OK;
         p->pat.is_regex = true;
-        p->pat.str = tern_strdup(GPT2_RE);
+        p->pat.str = tern_strdup(tok_gpt2_regex);
         if (!p->pat.str) return TERN_E_NO_MEMORY;
-        p->pat.len = strlen(GPT2_RE);
+        p->pat.len = strlen(tok_gpt2_regex);
         return tok_pattern_compile(&p->pat, "ByteLevel pre_tokenizer");
     }
     if (!strcmp(t, "Metaspace")) {
@@ -404,7 +404,7 @@ static enum tern_status build_raw(struct tern_tokenizer *tok)
     return st;
 }
 
-static enum tern_status build_tables(struct tern_tokenizer *tok)
+enum tern_status tok_build_tables(struct tern_tokenizer *tok)
 {
     memset(tok->char_byte, 0xff, sizeof tok->char_byte);
     for (int b = 0; b < 256; b++) tok->char_byte[byte_char(b)] = (int16_t)b;
@@ -424,7 +424,7 @@ static enum tern_status build_tables(struct tern_tokenizer *tok)
     return TERN_OK;
 }
 
-static enum tern_status build_added(struct tern_tokenizer *tok)
+enum tern_status tok_build_added(struct tern_tokenizer *tok)
 {
     struct tok_rx rx = {0};
     enum tern_status st = tok_rx_init(&rx);
@@ -529,7 +529,7 @@ static enum tern_status load_json(struct loader *l, char *buf, size_t len)
     if (!st) st = load_pretok(l, json_object_get(root, "pre_tokenizer"));
     if (!st) st = load_postproc(l, json_object_get(root, "post_processor"));
     if (!st) st = load_decoder(l, json_object_get(root, "decoder"));
-    if (!st) st = build_tables(tok);
+    if (!st) st = tok_build_tables(tok);
     if (!st) st = load_added(l, json_object_get(root, "added_tokens"));
     for (int i = 0; !st && i < tok->n_pp_pre + tok->n_pp_post; i++) {
         int32_t id = i < tok->n_pp_pre ? tok->pp_pre[i] : tok->pp_post[i - tok->n_pp_pre];
@@ -560,7 +560,7 @@ enum tern_status tern_tokenizer_open(const char *dir, struct tern_tokenizer **ou
     tern_free(buf);
     buf = NULL;
     if (!st) st = load_config(tok, dir);
-    if (!st) st = build_added(tok);
+    if (!st) st = tok_build_added(tok);
     if (st) goto fail;
     tern_free(path);
     *out = tok;

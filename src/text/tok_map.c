@@ -156,6 +156,11 @@ enum tern_status tok_vocab_set(struct tok_vocab *v, int32_t id, const char *s, s
     return TERN_OK;
 }
 
+enum tern_status tok_vocab_grow(struct tok_vocab *v, int32_t n_ids)
+{
+    return vocab_grow_ids(v, n_ids);
+}
+
 void tok_vocab_deinit(struct tok_vocab *v)
 {
     tern_free(v->off);
