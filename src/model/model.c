@@ -169,6 +169,17 @@ static void step_prepare(struct tern_model_core *m)
     tern_free(ly);
 }
 
+enum tern_status tern_hparams_read(const struct tern_json_doc *cfg, const struct tern_arch *arch,
+                                   struct tern_hparams *hp)
+{
+    const struct tern_family *fam = arch->family;
+    void *fh = tern_calloc(1, fam->hparams_bytes ? fam->hparams_bytes : 1);
+    if (!fh) return TERN_E_NO_MEMORY;
+    enum tern_status st = fam->read_hparams(cfg, arch->variant, hp, fh);
+    tern_free(fh);
+    return st;
+}
+
 /* A multimodal snapshot's text model: config.json's text_config, as a
  * document that borrows it (never deinit). */
 static struct tern_json_doc text_config(const struct tern_json_doc *cfg, char *path, size_t cap)

@@ -130,6 +130,11 @@ struct tern_hparams {
     int32_t n_eos;
 };
 
+/* Reads config.json's hyperparameters as the architecture's family does
+ * (model.c); errors name the key. */
+enum tern_status tern_hparams_read(const struct tern_json_doc *cfg, const struct tern_arch *arch,
+                                   struct tern_hparams *hp);
+
 /* Fills inv_freq[rotary_dim / 2] and the attention factor (mscale) of a
  * rope, exactly as transformers computes them (float32). */
 void tern_rope_inv_freq(const struct tern_rope_cfg *rc, int32_t head_dim, int32_t rotary_dim,

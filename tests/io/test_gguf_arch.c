@@ -192,7 +192,7 @@ static void test_small_llama(void **state)
     assert_int_equal(hp.intermediate_size, 16), assert_int_equal(hp.num_attention_heads, 2);
     assert_int_equal(hp.num_key_value_heads, 1), assert_int_equal(hp.head_dim, 4);
     assert_int_equal(hp.vocab_size, 6), assert_int_equal(hp.max_position_embeddings, 128);
-    assert_true(hp.rms_norm_eps == 1e-6f), assert_true(hp.rope_theta == 5000.0);
+    assert_true(hp.rms_norm_eps == 1e-6f), assert_true(hp.ropes[0].theta == 5000.0);
     assert_true(hp.tie_word_embeddings);
     assert_int_equal(hp.bos_token_id, 4);
     /* eos, then the <|eot_id|> control token (no eot key), then eom */
@@ -227,9 +227,9 @@ static void test_small_llama(void **state)
     assert_false(hp.tie_word_embeddings);
     assert_non_null(tern_gguf_model_find(m, "lm_head.weight"));
     assert_int_equal(hp.head_dim, 4);
-    assert_true(hp.partial_rotary_factor == 0.5);
-    assert_int_equal(hp.rope_kind, TERN_ROPE_YARN);
-    assert_true(hp.rope_factor == 4.0), assert_int_equal(hp.rope_original_max_pos, 32);
+    assert_true(hp.ropes[0].partial_rotary_factor == 0.5);
+    assert_int_equal(hp.ropes[0].kind, TERN_ROPE_YARN);
+    assert_true(hp.ropes[0].factor == 4.0), assert_int_equal(hp.ropes[0].original_max_pos, 32);
     tern_gguf_model_close(m);
     stb_remove(path);
 }
@@ -295,7 +295,7 @@ static void test_smollm2(void **state)
     assert_int_equal(hp.intermediate_size, 1536), assert_int_equal(hp.num_attention_heads, 9);
     assert_int_equal(hp.num_key_value_heads, 3), assert_int_equal(hp.head_dim, 64);
     assert_int_equal(hp.vocab_size, 49152), assert_int_equal(hp.max_position_embeddings, 8192);
-    assert_true(hp.rope_theta == 100000.0), assert_true(hp.rms_norm_eps == 1e-5f);
+    assert_true(hp.ropes[0].theta == 100000.0), assert_true(hp.rms_norm_eps == 1e-5f);
     assert_true(hp.tie_word_embeddings);
     assert_int_equal(hp.bos_token_id, 1);
     assert_int_equal(hp.n_eos, 1), assert_int_equal(hp.eos_token_ids[0], 2);
