@@ -32,6 +32,11 @@ char *cli_read_stdin(size_t *len);
 /* Parses a non-negative integer flag value; false (after printing) on junk. */
 bool cli_parse_int(const char *cmd, const char *flag, const char *s, long long lo, long long hi,
                    long long *out);
+/* Parses a number flag value in [lo, hi]; false (after printing) on junk. */
+bool cli_parse_real(const char *cmd, const char *flag, const char *s, double lo, double hi,
+                    double *out);
+/* Parses a byte count with optional binary K/M/G/T suffix ("512M"). */
+bool cli_parse_bytes(const char *cmd, const char *flag, const char *s, long long *out);
 /* Parses --device cpu|cuda|auto. */
 bool cli_parse_device(const char *cmd, const char *s, enum tern_device *out);
 /* Seconds on the monotonic clock. */

@@ -3,6 +3,7 @@
  */
 #include "cli.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -150,6 +151,44 @@ bool cli_parse_int(const char *cmd, const char *flag, const char *s, long long l
         return false;
     }
     *out = v;
+    return true;
+}
+
+bool cli_parse_real(const char *cmd, const char *flag, const char *s, double lo, double hi,
+                    double *out)
+{
+    char *end;
+    double v = s ? strtod(s, &end) : 0;
+    if (s && end != s && !*end && v >= lo && v <= hi) {
+        *out = v;
+        return true;
+    }
+    fprintf(stderr, "tern %s: %s expects a number in [%g, %g], got '%s'\n", cmd, flag, lo, hi,
+            s ? s : "");
+    return false;
+}
+
+bool cli_parse_bytes(const char *cmd, const char *flag, const char *s, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    int shift = 0;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': shift = 10; break;
+    case 'M': shift = 20; break;
+    case 'G': shift = 30; break;
+    case 'T': shift = 40; break;
+    default: break;
+    }
+    if (shift) end++;
+    if (end == s || *end || errno || v < 1 || v > (INT64_MAX >> shift)) {
+        fprintf(stderr,
+                "tern %s: %s expects a positive byte count (K/M/G/T suffixes allowed), got '%s'\n",
+                cmd, flag, s);
+        return false;
+    }
+    *out = v << shift;
     return true;
 }
 
