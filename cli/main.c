@@ -16,7 +16,8 @@ static const struct {
     const char *help;
 } commands[] = {
     {"inspect", tern_cmd_inspect, "show a model's architecture, size and dtype"},
-    {"generate", tern_cmd_generate, "greedy generation from token ids or a prompt"},
+    {"generate", tern_cmd_generate, "generate from token ids or a prompt (greedy or sampled)"},
+    {"chat", tern_cmd_chat, "an interactive conversation through the chat template"},
     {"logits", tern_cmd_logits, "write all-position logits of a token sequence to .npy"},
     {"bench", tern_cmd_bench, "measure prefill and decode speed"},
     {"tokenize", tern_cmd_tokenize, "text on stdin -> token ids"},
