@@ -12,6 +12,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -296,8 +297,9 @@ static int open_chat(struct chat *c)
     struct tern_engine_params ep = tern_engine_default_params();
     ep.max_seqs = 1;
     if (c->o.max_context) ep.max_context = (int32_t)c->o.max_context;
-    if ((st = tern_engine_create(c->model, &ep, &c->engine)) != TERN_OK)
-        return cli_fail("chat", "engine", st);
+    st = tern_engine_create(c->model, &ep, &c->engine);
+    if (st == TERN_OK) st = tern_engine_start(c->engine);
+    if (st != TERN_OK) return cli_fail("chat", "engine", st);
     struct tern_model_info in;
     tern_model_get_info(c->model, &in);
     c->device = in.device;
@@ -313,7 +315,16 @@ int tern_cmd_chat(int argc, char **argv)
     unsigned set = 0;
     int rc = parse_chat(argc, argv, &c.o, &over, &set);
     if (rc >= 0) return rc;
-    if ((rc = open_chat(&c))) goto done;
+    /* The library's threads (backend workers, the engine's step loop) start
+     * with SIGINT blocked, so that Ctrl-C reaches this thread and interrupts
+     * a read at the prompt. */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    rc = open_chat(&c);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc) goto done;
     c.o.sp = tern_model_sampling_defaults(c.model);
     if (set & 1) c.o.sp.temperature = over.temperature;
     if (set & 2) c.o.sp.top_p = over.top_p;
