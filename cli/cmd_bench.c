@@ -126,41 +126,6 @@ static const struct int_flag {
     {"--top-k", 0, 1 << 24, offsetof(struct bench_opts, top_k), MODE_CONC},
 };
 
-/* "64", "512M", "2G": bytes, with binary K/M/G/T suffixes. */
-static bool parse_bytes(const char *s, long long *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    int shift = 0;
-    switch (toupper((unsigned char)*end)) {
-    case 'K':
-        shift = 10;
-        break;
-    case 'M':
-        shift = 20;
-        break;
-    case 'G':
-        shift = 30;
-        break;
-    case 'T':
-        shift = 40;
-        break;
-    default:
-        break;
-    }
-    if (shift) end++;
-    if (end == s || *end || errno || v < 1 || v > (INT64_MAX >> shift)) {
-        fprintf(stderr,
-                "tern bench: --kv-bytes expects a positive byte count (K/M/G/T "
-                "suffixes allowed), got '%s'\n",
-                s);
-        return false;
-    }
-    *out = v << shift;
-    return true;
-}
-
 /* "1,8,32": the concurrency levels. */
 static bool parse_levels(const char *s, struct bench_opts *o)
 {
@@ -194,16 +159,6 @@ static void defaults(struct bench_opts *o)
     o->top_p = 1.0;
 }
 
-/* --temperature / --top-p: a number in [lo, hi]. */
-static bool parse_real(const char *flag, const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    *out = strtod(s, &end);
-    if (end != s && !*end && *out >= lo && *out <= hi) return true;
-    fprintf(stderr, "tern bench: %s expects a number in [%g, %g], got '%s'\n", flag, lo, hi, s);
-    return false;
-}
-
 /* Returns -1 to go on, else the exit code. `*only` names a flag of one mode. */
 static int parse_one(int argc, char **argv, int *i, struct bench_opts *o, const char **single_only,
                      const char **conc_only)
@@ -225,7 +180,7 @@ static int parse_one(int argc, char **argv, int *i, struct bench_opts *o, const 
     } else if (!strcmp(a, "--concurrency") && v) {
         if (!parse_levels(argv[++*i], o)) return 2;
     } else if (!strcmp(a, "--kv-bytes") && v) {
-        if (!parse_bytes(argv[++*i], &o->kv_bytes)) return 2;
+        if (!cli_parse_bytes("bench", a, argv[++*i], &o->kv_bytes)) return 2;
     } else if (!strcmp(a, "--kv-fraction") && v) {
         char *end;
         o->kv_fraction = strtod(argv[++*i], &end);
@@ -235,7 +190,7 @@ static int parse_one(int argc, char **argv, int *i, struct bench_opts *o, const 
         }
     } else if ((!strcmp(a, "--temperature") || !strcmp(a, "--top-p")) && v) {
         bool t = a[2] == 't' && a[3] == 'e';
-        if (!parse_real(a, argv[++*i], t ? 0.0 : 1e-6, t ? 100.0 : 1.0,
+        if (!cli_parse_real("bench", a, argv[++*i], t ? 0.0 : 1e-6, t ? 100.0 : 1.0,
                         t ? &o->temperature : &o->top_p))
             return 2;
         *conc_only = a;

@@ -1,6 +1,8 @@
 /*
  * cmd_model.c — `tern inspect`, `tern generate`, `tern logits`: the model
- * commands, on the public API only.
+ * commands, on the public API only. `tern generate` runs through the
+ * engine's streaming API (cli/reply.c): text reaches the terminal as it is
+ * generated, with a summary line on stderr.
  */
 #include "cli.h"
 
@@ -20,7 +22,43 @@ struct model_opts {
     bool no_eos;
     bool json;
     bool chat;
+    const char *system; /* --system, with --chat */
+    struct tern_sampling_params sp; /* generate: greedy unless flags say otherwise */
+    const char *sampling_flag;      /* the first sampling flag given, for other commands' errors */
 };
+
+/* The sampling flags of `tern generate`; returns -1 when `a` is none of them,
+ * 2 on a bad value, 0 when taken. */
+static int parse_sampling(const char *cmd, const char *a, const char *v, struct model_opts *o)
+{
+    double x;
+    long long k;
+    struct tern_sampling_params *sp = &o->sp;
+    if (!strcmp(a, "--temperature")) {
+        if (!cli_parse_real(cmd, a, v, 0, 100, &x)) return 2;
+        sp->temperature = (float)x;
+    } else if (!strcmp(a, "--top-p")) {
+        if (!cli_parse_real(cmd, a, v, 1e-6, 1, &x)) return 2;
+        sp->top_p = (float)x;
+    } else if (!strcmp(a, "--min-p")) {
+        if (!cli_parse_real(cmd, a, v, 0, 1, &x)) return 2;
+        sp->min_p = (float)x;
+    } else if (!strcmp(a, "--repetition-penalty")) {
+        if (!cli_parse_real(cmd, a, v, 1e-3, 10, &x)) return 2;
+        sp->repetition_penalty = (float)x;
+    } else if (!strcmp(a, "--top-k")) {
+        if (!cli_parse_int(cmd, a, v, 0, 1 << 30, &k)) return 2;
+        sp->top_k = (int32_t)k;
+    } else if (!strcmp(a, "--seed")) {
+        if (!cli_parse_int(cmd, a, v, 0, INT64_MAX, &k)) return 2;
+        sp->seed = (uint64_t)k;
+        sp->has_seed = true;
+    } else {
+        return -1;
+    }
+    if (!o->sampling_flag) o->sampling_flag = a;
+    return 0;
+}
 
 static int parse_opts(const char *cmd, int argc, char **argv, struct model_opts *o,
                       const char *usage)
@@ -28,9 +66,16 @@ static int parse_opts(const char *cmd, int argc, char **argv, struct model_opts 
     memset(o, 0, sizeof *o);
     o->max_tokens = 32;
     o->device = TERN_DEVICE_AUTO;
+    o->sp = tern_sampling_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int sr = v ? parse_sampling(cmd, a, v, o) : -1;
+        if (sr == 2) return 2;
+        if (sr == 0) {
+            i++;
+            continue;
+        }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("%s", usage);
             return 0;
@@ -38,6 +83,7 @@ static int parse_opts(const char *cmd, int argc, char **argv, struct model_opts 
         else if (!strcmp(a, "--ids") && v) o->ids = argv[++i];
         else if (!strcmp(a, "--prompt") && v) o->prompt = argv[++i];
         else if (!strcmp(a, "--out") && v) o->out = argv[++i];
+        else if (!strcmp(a, "--system") && v) o->system = argv[++i];
         else if (!strcmp(a, "--max-tokens") && v) {
             if (!cli_parse_int(cmd, a, argv[++i], 0, 1 << 24, &o->max_tokens)) return 2;
         } else if (!strcmp(a, "--device") && v) {
@@ -48,6 +94,9 @@ static int parse_opts(const char *cmd, int argc, char **argv, struct model_opts 
         else return cli_usage(cmd, "unknown or incomplete option '%s'", a);
     }
     if (!o->model) return cli_usage(cmd, "--model DIR is required");
+    if (o->sampling_flag && strcmp(cmd, "generate"))
+        return cli_usage(cmd, "%s is an option of 'tern generate'", o->sampling_flag);
+    if (o->system && !o->chat) return cli_usage(cmd, "--system needs --chat");
     return -1; /* continue */
 }
 
@@ -139,38 +188,27 @@ static int prompt_ids(const char *cmd, const struct model_opts *o, struct tern_m
         fprintf(stderr, "tern %s: %s has no tokenizer.json; use --ids\n", cmd, o->model);
         return 1;
     }
-    char *text = NULL;
-    size_t len = strlen(o->prompt);
-    bool add_special = true;
     enum tern_status st;
     if (o->chat) {
-        const struct tern_chat_template *t = tern_model_chat_template(m);
-        if (!t) {
+        if (!tern_model_chat_template(m)) {
             fprintf(stderr, "tern %s: %s has no chat template\n", cmd, o->model);
             return 1;
         }
-        /* The prompt becomes one user message; jansson is not visible here, so
-         * escape by hand. */
-        size_t cap = len * 6 + 128;
-        char *ctx = malloc(cap);
+        const char *roles[2] = {"system", "user"}, *contents[2] = {o->system, o->prompt};
+        int k = o->system ? 0 : 1;
+        char *ctx = cli_chat_context(roles + k, contents + k, 2 - k, -1);
         if (!ctx) return cli_fail(cmd, "out of memory", TERN_E_NO_MEMORY);
-        size_t k = (size_t)snprintf(ctx, cap, "{\"add_generation_prompt\": true, \"messages\": "
-                                              "[{\"role\": \"user\", \"content\": \"");
-        for (const unsigned char *p = (const unsigned char *)o->prompt; *p; p++) {
-            if (*p == '"' || *p == '\\') k += (size_t)snprintf(ctx + k, cap - k, "\\%c", *p);
-            else if (*p < 0x20) k += (size_t)snprintf(ctx + k, cap - k, "\\u%04x", *p);
-            else ctx[k++] = (char)*p;
-        }
-        snprintf(ctx + k, cap - k, "\"}]}");
-        st = tern_chat_template_render(t, ctx, &text, &len);
+        int32_t nids = 0;
+        st = cli_chat_ids(m, ctx, ids, &nids, NULL);
         free(ctx);
         if (st != TERN_OK) return cli_fail(cmd, "chat template", st);
-        add_special = false; /* the template already wrote BOS and friends */
+        *n = nids;
+        if (*n == 0) return cli_usage(cmd, "--prompt encodes to no tokens");
+        return 0;
     }
     int32_t *tids = NULL;
     size_t nt = 0;
-    st = tern_tokenize(tok, text ? text : o->prompt, len, add_special, &tids, &nt);
-    tern_free_buf(text);
+    st = tern_tokenize(tok, o->prompt, strlen(o->prompt), true, &tids, &nt);
     if (st != TERN_OK) return cli_fail(cmd, "tokenize", st);
     *ids = malloc(nt * sizeof(int32_t) + 1);
     if (!*ids) return cli_fail(cmd, "out of memory", TERN_E_NO_MEMORY);
@@ -182,10 +220,22 @@ static int prompt_ids(const char *cmd, const struct model_opts *o, struct tern_m
 }
 
 static const char generate_usage[] =
-    "usage: tern generate --model DIR (--ids \"1 2 3\" | --prompt TEXT [--chat])\n"
+    "usage: tern generate --model DIR (--ids \"1 2 3\" | --prompt TEXT [--chat [--system TEXT]])\n"
     "                     [--max-tokens N] [--no-eos] [--device cpu|cuda|auto] [--json]\n"
-    "Greedy generation. Prints the generated ids, then the text when the model has a "
-    "tokenizer.\n";
+    "                     [--temperature T] [--top-p P] [--top-k K] [--min-p P]\n"
+    "                     [--repetition-penalty R] [--seed N]\n"
+    "Generates through the engine's streaming API: greedy unless --temperature > 0\n"
+    "(with --seed the draws repeat exactly). With --prompt the text is printed as it\n"
+    "is generated; with --ids the generated ids, then the text when the model has a\n"
+    "tokenizer; with --json {\"prompt_ids\", \"ids\"}. A summary line (prompt and\n"
+    "generated tokens with their rates, the device) goes to stderr.\n";
+
+static void print_text(void *ctx, const char *text, size_t len)
+{
+    (void)ctx;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+}
 
 int tern_cmd_generate(int argc, char **argv)
 {
@@ -194,9 +244,10 @@ int tern_cmd_generate(int argc, char **argv)
     if (rc >= 0) return rc;
     struct tern_model *m;
     if ((rc = open_model("generate", &o, &m))) return rc;
-    int32_t *ids = NULL, *out = NULL;
+    int32_t *ids = NULL;
     int n = 0;
     struct tern_engine *e = NULL;
+    struct cli_reply r = {0};
     if ((rc = prompt_ids("generate", &o, m, &ids, &n))) goto done;
     struct tern_engine_params ep = tern_engine_default_params();
     ep.max_seqs = 1;
@@ -205,42 +256,43 @@ int tern_cmd_generate(int argc, char **argv)
         rc = cli_fail("generate", "engine", st);
         goto done;
     }
-    out = malloc(((size_t)o.max_tokens + 1) * sizeof *out);
-    int32_t n_out = 0;
-    if (!out) {
-        rc = cli_fail("generate", "out of memory", TERN_E_NO_MEMORY);
-        goto done;
+    const struct tern_tokenizer *tok = tern_model_tokenizer(m);
+    bool stream_text = !o.json && !o.ids && tok; /* --prompt: text as it comes */
+    struct tern_sampling_params sp = o.sp;
+    sp.max_tokens = (int32_t)o.max_tokens;
+    sp.ignore_eos = o.no_eos;
+    if (o.max_tokens > 0) {
+        st = cli_reply_run(e, ids, n, &sp, tok != NULL, stream_text ? print_text : NULL, NULL, NULL, &r);
+        if (st != TERN_OK) {
+            fprintf(stderr, "tern generate: %s\n", r.error[0] ? r.error : tern_status_str(st));
+            rc = 1;
+            goto done;
+        }
+    } else {
+        r.prompt_tokens = n;
     }
-    double t0 = cli_now_s();
-    st = tern_generate_greedy(e, ids, n, (int32_t)o.max_tokens, !o.no_eos, out, &n_out);
-    if (st != TERN_OK) {
-        rc = cli_fail("generate", NULL, st);
-        goto done;
-    }
-    double dt = cli_now_s() - t0;
     struct tern_model_info in;
     tern_model_get_info(m, &in);
-    fprintf(stderr, "tern generate: %d prompt + %d new tokens on %s in %.3f s\n", n, n_out,
-            cli_device_name(in.device), dt);
-    const struct tern_tokenizer *tok = tern_model_tokenizer(m);
-    char *text = NULL;
-    size_t tlen = 0;
-    if (tok && tern_detokenize(tok, out, (size_t)n_out, true, &text, &tlen) != TERN_OK) text = NULL;
+    if (stream_text) printf("\n");
+    cli_reply_summary("generate", &r, in.device);
     if (o.json) {
         printf("{\"prompt_ids\": [");
         for (int i = 0; i < n; i++) printf("%s%d", i ? ", " : "", ids[i]);
         printf("], \"ids\": [");
-        for (int i = 0; i < n_out; i++) printf("%s%d", i ? ", " : "", out[i]);
+        for (int i = 0; i < r.n_ids; i++) printf("%s%d", i ? ", " : "", r.ids[i]);
         printf("]}\n");
-    } else {
-        for (int i = 0; i < n_out; i++) printf("%s%d", i ? " " : "", out[i]);
+    } else if (!stream_text) {
+        char *text = NULL;
+        size_t tlen = 0;
+        if (tok && tern_detokenize(tok, r.ids, (size_t)r.n_ids, true, &text, &tlen) != TERN_OK) text = NULL;
+        for (int i = 0; i < r.n_ids; i++) printf("%s%d", i ? " " : "", r.ids[i]);
         printf("\n");
         if (text) printf("%s\n", text);
+        tern_free_buf(text);
     }
-    tern_free_buf(text);
 done:
     free(ids);
-    free(out);
+    cli_reply_free(&r);
     tern_engine_destroy(e);
     tern_model_close(m);
     return rc;

@@ -3,6 +3,7 @@
  */
 #include "cli.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -15,7 +16,8 @@ static const struct {
     const char *help;
 } commands[] = {
     {"inspect", tern_cmd_inspect, "show a model's architecture, size and dtype"},
-    {"generate", tern_cmd_generate, "greedy generation from token ids or a prompt"},
+    {"generate", tern_cmd_generate, "generate from token ids or a prompt (greedy or sampled)"},
+    {"chat", tern_cmd_chat, "an interactive conversation through the chat template"},
     {"logits", tern_cmd_logits, "write all-position logits of a token sequence to .npy"},
     {"bench", tern_cmd_bench, "measure prefill and decode speed"},
     {"tokenize", tern_cmd_tokenize, "text on stdin -> token ids"},
@@ -150,6 +152,44 @@ bool cli_parse_int(const char *cmd, const char *flag, const char *s, long long l
         return false;
     }
     *out = v;
+    return true;
+}
+
+bool cli_parse_real(const char *cmd, const char *flag, const char *s, double lo, double hi,
+                    double *out)
+{
+    char *end;
+    double v = s ? strtod(s, &end) : 0;
+    if (s && end != s && !*end && v >= lo && v <= hi) {
+        *out = v;
+        return true;
+    }
+    fprintf(stderr, "tern %s: %s expects a number in [%g, %g], got '%s'\n", cmd, flag, lo, hi,
+            s ? s : "");
+    return false;
+}
+
+bool cli_parse_bytes(const char *cmd, const char *flag, const char *s, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    int shift = 0;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': shift = 10; break;
+    case 'M': shift = 20; break;
+    case 'G': shift = 30; break;
+    case 'T': shift = 40; break;
+    default: break;
+    }
+    if (shift) end++;
+    if (end == s || *end || errno || v < 1 || v > (INT64_MAX >> shift)) {
+        fprintf(stderr,
+                "tern %s: %s expects a positive byte count (K/M/G/T suffixes allowed), got '%s'\n",
+                cmd, flag, s);
+        return false;
+    }
+    *out = v << shift;
     return true;
 }
 

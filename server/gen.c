@@ -4,43 +4,16 @@
  * engine, reads the stream's events and runs each completion's text through
  * the pipeline (stop strings -> reasoning -> tool calls). The same deltas
  * become SSE chunks when streaming or are accumulated into one JSON body
- * otherwise, so both forms carry the same text. Depends on include/tern.h,
+ * otherwise, so both forms carry the same text. Anthropic Messages and OpenAI
+ * Responses read the same pipeline as ordered blocks (gen_impl.h) that
+ * out_messages.c / out_responses.c format. Depends on include/tern.h,
  * jansson, pthreads, libc.
  */
-#include "server.h"
+#include "gen_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-struct choice {
-    struct srv_stop stop;
-    struct srv_reason reason;
-    struct srv_tools tools;
-    struct srv_buf content, reasoning; /* accumulated (non-streaming) */
-    struct srv_tool_call *calls;
-    int n_calls, n_calls_sent;
-    json_t *logprobs; /* token logprob entries not yet sent (streaming) or all */
-    int32_t n_tokens;
-    bool done, role_sent;
-    enum tern_finish_reason finish;
-    int64_t last_ns;
-};
-
-struct srv_gen {
-    const struct srv_model_ctx *mc;
-    struct srv_req req;
-    struct tern_stream *stream;
-    struct choice *ch;
-    int n;
-    char id[48];
-    int64_t created, submit_ns;
-    int32_t prompt_tokens, cached_tokens;
-    bool final_seen, usage, timing_seen;
-    enum tern_status status;
-    char error[256];
-    struct srv_buf sse;
-};
 
 static int64_t now_ns(void)
 {
@@ -49,8 +22,7 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* A JSON string from bytes; invalid UTF-8 becomes U+FFFD. */
-static json_t *jstr(const char *s, size_t n)
+json_t *srv_jstr(const char *s, size_t n)
 {
     json_t *j = json_stringn(s ? s : "", s ? n : 0);
     if (j) return j;
@@ -73,6 +45,8 @@ static json_t *jstr(const char *s, size_t n)
     srv_buf_free(&b);
     return j;
 }
+
+#define jstr srv_jstr
 
 /* ------------------------------------------------------------------ prompt */
 
@@ -225,21 +199,23 @@ static bool fit_context(const struct srv_model_ctx *mc, struct srv_req *r, int32
 {
     int64_t ctx = mc->context_length;
     if (ctx <= 0) return true;
+    const char *what = r->kind == SRV_CHAT ? (r->api == SRV_API_RESPONSES ? "input" : "messages") : "prompt";
+    const char *mt = r->api == SRV_API_RESPONSES ? "max_output_tokens" : "max_tokens";
     if (n_ids >= ctx) {
-        srv_err_set(err, 400, r->kind == SRV_CHAT ? "messages" : "prompt",
+        srv_err_set(err, 400, what,
                     "This model's maximum context length is %lld tokens, but the prompt has %d "
                     "tokens. Please shorten the %s.",
-                    (long long)ctx, n_ids, r->kind == SRV_CHAT ? "messages" : "prompt");
+                    (long long)ctx, n_ids, what);
         return false;
     }
     if (r->max_tokens == 0) {
         r->max_tokens = (int32_t)(ctx - n_ids);
     } else if ((int64_t)n_ids + r->max_tokens > ctx) {
-        srv_err_set(err, 400, "max_tokens",
+        srv_err_set(err, 400, mt,
                     "This model's maximum context length is %lld tokens. However, you requested "
                     "%lld tokens (%d in the prompt, %d for the completion). Please reduce "
-                    "max_tokens or the prompt.",
-                    (long long)ctx, (long long)n_ids + r->max_tokens, n_ids, r->max_tokens);
+                    "%s or the prompt.",
+                    (long long)ctx, (long long)n_ids + r->max_tokens, n_ids, r->max_tokens, mt);
         return false;
     }
     return true;
@@ -258,20 +234,23 @@ struct srv_gen *srv_gen_create(const struct srv_model_ctx *mc, struct srv_req *r
     if (!g->ch) goto oom;
     if (!fit_context(mc, &g->req, p->n_ids, err)) goto fail;
     uint64_t seed = (uint64_t)now_ns() ^ (uint64_t)(uintptr_t)g;
-    snprintf(g->id, sizeof g->id, "%s-%016llx", g->req.kind == SRV_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)(seed * 0x9e3779b97f4a7c15ull));
+    static const char *prefix[] = {"chatcmpl-", "cmpl-", "msg_", "resp_"};
+    snprintf(g->id, sizeof g->id, "%s%016llx%08x", prefix[g->req.api],
+             (unsigned long long)(seed * 0x9e3779b97f4a7c15ull), (unsigned)(seed >> 17));
     g->created = (int64_t)time(NULL);
     g->prompt_tokens = p->n_ids;
     g->usage = g->req.stream ? (g->req.include_usage || p->always_usage) : true;
     bool tools_on = g->req.tools && g->req.tool_choice != SRV_TC_NONE;
     bool reason_on = mc->reasoning && g->req.kind == SRV_CHAT;
     for (int i = 0; i < g->n; i++) {
-        struct choice *c = &g->ch[i];
+        struct srv_choice *c = &g->ch[i];
         if (!srv_stop_init(&c->stop, g->req.stops, g->req.n_stops)) goto oom;
         srv_reason_init(&c->reason, reason_on, p->think_open);
         srv_tools_init(&c->tools, tools_on, g->req.tools, seed + (uint64_t)i * 7919);
         c->logprobs = g->req.logprobs ? json_array() : NULL;
     }
+    if (g->req.stream && g->req.api == SRV_API_MESSAGES) srv_msg_start(g);
+    if (g->req.stream && g->req.api == SRV_API_RESPONSES) srv_resp_start(g);
     /* The prefill is the start of every completion's text (not of its tokens). */
     for (int i = 0; p->prefill && i < g->n; i++) feed(g, i, p->prefill, strlen(p->prefill), false);
     struct tern_request tr = {0};
@@ -307,7 +286,7 @@ void srv_gen_destroy(struct srv_gen *g)
     if (!g) return;
     tern_stream_destroy(g->stream);
     for (int i = 0; g->ch && i < g->n; i++) {
-        struct choice *c = &g->ch[i];
+        struct srv_choice *c = &g->ch[i];
         srv_stop_deinit(&c->stop);
         srv_reason_deinit(&c->reason);
         srv_tools_deinit(&c->tools);
@@ -316,6 +295,8 @@ void srv_gen_destroy(struct srv_gen *g)
         for (int k = 0; k < c->n_calls; k++) srv_tool_call_free(&c->calls[k]);
         free(c->calls);
         json_decref(c->logprobs);
+        for (int k = 0; k < c->n_blks; k++) srv_buf_free(&c->blks[k].text);
+        free(c->blks);
     }
     free(g->ch);
     srv_req_free(&g->req);
@@ -382,13 +363,13 @@ static json_t *legacy_logprobs(json_t *entries)
 
 /* ------------------------------------------------------------ stream chunks */
 
-static const char *finish_str(const struct choice *c)
+static const char *finish_str(const struct srv_choice *c)
 {
     if (c->finish == TERN_FINISH_LENGTH) return "length";
     return c->n_calls > 0 ? "tool_calls" : "stop";
 }
 
-static json_t *calls_json(const struct choice *c, int from, bool with_index)
+static json_t *calls_json(const struct srv_choice *c, int from, bool with_index)
 {
     json_t *a = json_array();
     for (int k = from; k < c->n_calls; k++) {
@@ -415,11 +396,20 @@ static void sse_send(struct srv_gen *g, json_t *choice)
     free(s);
 }
 
+void srv_sse_event(struct srv_gen *g, const char *name, json_t *o)
+{
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!s) return;
+    srv_buf_printf(&g->sse, "event: %s\ndata: %s\n\n", name, s);
+    free(s);
+}
+
 /* One chunk carrying what choice i produced just now. */
 static void emit_delta(struct srv_gen *g, int i, const struct srv_buf *rs, const struct srv_buf *cs,
                        const char *finish)
 {
-    struct choice *c = &g->ch[i];
+    struct srv_choice *c = &g->ch[i];
     bool chat = g->req.kind == SRV_CHAT;
     bool has_lp = c->logprobs && json_array_size(c->logprobs) > 0;
     bool new_calls = c->n_calls > c->n_calls_sent;
@@ -449,11 +439,86 @@ static void emit_delta(struct srv_gen *g, int i, const struct srv_buf *rs, const
     sse_send(g, ch);
 }
 
+/* ------------------------------------------------------------------ blocks */
+
+static void blk_event(struct srv_gen *g, int b, int what, const char *s, size_t n)
+{
+    if (!g->req.stream) return;
+    bool msg = g->req.api == SRV_API_MESSAGES;
+    if (what == 0) msg ? srv_msg_blk_open(g, b) : srv_resp_blk_open(g, b);
+    else if (what == 1) msg ? srv_msg_blk_delta(g, b, s, n) : srv_resp_blk_delta(g, b, s, n);
+    else msg ? srv_msg_blk_close(g, b) : srv_resp_blk_close(g, b);
+}
+
+static void blk_close_last(struct srv_gen *g, struct srv_choice *c)
+{
+    if (c->n_blks == 0 || c->blk_closed) return;
+    c->blk_closed = true;
+    blk_event(g, c->n_blks - 1, 2, NULL, 0);
+}
+
+static struct srv_blk *blk_new(struct srv_gen *g, struct srv_choice *c, enum srv_blk_kind kind)
+{
+    blk_close_last(g, c);
+    if (c->n_blks == c->cap_blks) {
+        int cap = c->cap_blks ? c->cap_blks * 2 : 4;
+        struct srv_blk *b = realloc(c->blks, (size_t)cap * sizeof *b);
+        if (!b) return NULL;
+        c->blks = b;
+        c->cap_blks = cap;
+    }
+    struct srv_blk *b = &c->blks[c->n_blks++];
+    memset(b, 0, sizeof *b);
+    b->kind = kind;
+    static const char *pre[] = {"rs_", "msg_", "fc_"};
+    snprintf(b->id, sizeof b->id, "%s%s_%d", pre[kind], g->id + (g->id[0] == 'r' ? 5 : 4),
+             c->n_blks - 1);
+    c->blk_closed = false;
+    return b;
+}
+
+/* Text for a reasoning or text block: appended to the open block of that
+ * kind, or to a new one. */
+static bool blk_text(struct srv_gen *g, struct srv_choice *c, enum srv_blk_kind kind,
+                     const struct srv_buf *t)
+{
+    if (!t->len) return true;
+    struct srv_blk *b = c->n_blks && !c->blk_closed && c->blks[c->n_blks - 1].kind == kind
+                            ? &c->blks[c->n_blks - 1]
+                            : NULL;
+    if (!b) {
+        if (!(b = blk_new(g, c, kind))) return false;
+        blk_event(g, c->n_blks - 1, 0, NULL, 0);
+    }
+    if (!srv_buf_add(&b->text, t->p, t->len)) return false;
+    blk_event(g, c->n_blks - 1, 1, t->p, t->len);
+    return true;
+}
+
+/* What one feed produced, as blocks: reasoning, then text, then new calls
+ * (each a block opened, given its arguments and closed). */
+static bool blocks_push(struct srv_gen *g, int i, const struct srv_buf *rs, const struct srv_buf *cs,
+                        bool fin)
+{
+    struct srv_choice *c = &g->ch[i];
+    if (!blk_text(g, c, SRV_BLK_REASONING, rs) || !blk_text(g, c, SRV_BLK_TEXT, cs)) return false;
+    for (int k = c->n_calls_sent; k < c->n_calls; k++) {
+        struct srv_blk *b = blk_new(g, c, SRV_BLK_CALL);
+        if (!b) return false;
+        b->call = k;
+        blk_event(g, c->n_blks - 1, 0, NULL, 0);
+        blk_event(g, c->n_blks - 1, 1, c->calls[k].arguments, strlen(c->calls[k].arguments));
+        blk_close_last(g, c);
+    }
+    if (fin) blk_close_last(g, c);
+    return true;
+}
+
 /* Runs text through choice i's pipeline; `end` flushes every stage. Returns
  * true when a stop string matched. */
 static bool feed(struct srv_gen *g, int i, const char *text, size_t len, bool end)
 {
-    struct choice *c = &g->ch[i];
+    struct srv_choice *c = &g->ch[i];
     struct srv_buf safe = {0}, rs = {0}, cs = {0}, out = {0};
     bool stopped = len ? srv_stop_push(&c->stop, text, len, &safe) : c->stop.stopped;
     bool fin = end || stopped;
@@ -478,7 +543,12 @@ static bool feed(struct srv_gen *g, int i, const char *text, size_t len, bool en
         c->done = true;
         if (stopped) c->finish = TERN_FINISH_STOP;
     }
-    if (g->req.stream) emit_delta(g, i, &rs, &out, fin ? finish_str(c) : NULL);
+    if (g->req.api == SRV_API_MESSAGES || g->req.api == SRV_API_RESPONSES) {
+        if (!blocks_push(g, i, &rs, &out, fin)) g->status = TERN_E_NO_MEMORY;
+        c->n_calls_sent = c->n_calls;
+    } else if (g->req.stream) {
+        emit_delta(g, i, &rs, &out, fin ? finish_str(c) : NULL);
+    }
     srv_buf_free(&safe);
     srv_buf_free(&rs);
     srv_buf_free(&cs);
@@ -514,7 +584,7 @@ static const char *token_text(const struct srv_gen *g, const struct tern_event *
 static void on_token(struct srv_gen *g, const struct tern_event *ev)
 {
     if (ev->index < 0 || ev->index >= g->n) return;
-    struct choice *c = &g->ch[ev->index];
+    struct srv_choice *c = &g->ch[ev->index];
     if (c->done) return;
     int64_t t = now_ns();
     if (c->last_ns) observe(g, &g->mc->metrics->itl, (double)(t - c->last_ns) * 1e-9);
@@ -523,7 +593,10 @@ static void on_token(struct srv_gen *g, const struct tern_event *ev)
     if (c->logprobs) json_array_append_new(c->logprobs, logprob_entry(g->mc, ev, g->req.top_logprobs));
     size_t len;
     const char *text = token_text(g, ev, &len);
-    if (feed(g, ev->index, text, len, false)) {
+    bool in_reasoning = c->reason.state == 1;
+    bool stopped = feed(g, ev->index, text, len, false);
+    if (in_reasoning || c->reason.state == 1) c->n_reasoning_tokens++;
+    if (stopped) {
         bool all = true;
         for (int i = 0; i < g->n; i++) all = all && g->ch[i].done;
         if (all) tern_stream_cancel(g->stream); /* stop strings ended every completion */
@@ -540,7 +613,7 @@ static void on_done(struct srv_gen *g, const struct tern_event *ev)
         observe(g, &g->mc->metrics->queue, (double)ev->queue_ns * 1e-9);
     }
     if (ev->index < 0 || ev->index >= g->n || g->ch[ev->index].done) return;
-    struct choice *c = &g->ch[ev->index];
+    struct srv_choice *c = &g->ch[ev->index];
     if (ev->status != TERN_OK || ev->finish == TERN_FINISH_ERROR || ev->finish == TERN_FINISH_CANCELLED) {
         if (g->status == TERN_OK) {
             g->status = ev->status != TERN_OK ? ev->status : TERN_E_CANCELLED;
@@ -553,10 +626,16 @@ static void on_done(struct srv_gen *g, const struct tern_event *ev)
     feed(g, ev->index, NULL, 0, true);
 }
 
-static json_t *usage_json(const struct srv_gen *g)
+int64_t srv_gen_output_tokens(const struct srv_gen *g)
 {
     int64_t comp = 0;
     for (int i = 0; i < g->n; i++) comp += g->ch[i].n_tokens;
+    return comp;
+}
+
+static json_t *usage_json(const struct srv_gen *g)
+{
+    int64_t comp = srv_gen_output_tokens(g);
     return json_pack("{s:i, s:I, s:I, s:{s:i}}", "prompt_tokens", g->prompt_tokens,
                      "completion_tokens", (json_int_t)comp, "total_tokens",
                      (json_int_t)(comp + g->prompt_tokens), "prompt_tokens_details",
@@ -568,6 +647,18 @@ static void on_final(struct srv_gen *g)
     observe(g, &g->mc->metrics->e2e, (double)(now_ns() - g->submit_ns) * 1e-9);
     for (int i = 0; i < g->n; i++)
         if (!g->ch[i].done) feed(g, i, NULL, 0, true);
+    pthread_mutex_lock(g->mc->metrics_lock);
+    srv_metrics_tokens(g->mc->metrics, srv_api_route(g->req.api), g->prompt_tokens,
+                       srv_gen_output_tokens(g));
+    pthread_mutex_unlock(g->mc->metrics_lock);
+    if (g->req.api == SRV_API_MESSAGES) {
+        srv_msg_final(g);
+        return;
+    }
+    if (g->req.api == SRV_API_RESPONSES) {
+        srv_resp_final(g);
+        return;
+    }
     if (!g->req.stream) return;
     if (g->status != TERN_OK) {
         struct srv_err e;
@@ -619,7 +710,7 @@ bool srv_gen_pump(struct srv_gen *g, int timeout_ms)
 
 static json_t *chat_choice(const struct srv_gen *g, int i)
 {
-    const struct choice *c = &g->ch[i];
+    const struct srv_choice *c = &g->ch[i];
     json_t *msg = json_pack("{s:s}", "role", "assistant");
     if (c->content.len || c->n_calls == 0)
         json_object_set_new(msg, "content", jstr(c->content.p, c->content.len));
@@ -638,14 +729,21 @@ char *srv_gen_result(struct srv_gen *g, int *http)
     if (g->status != TERN_OK) {
         struct srv_err e;
         srv_err_set(&e, g->status == TERN_E_CANCELLED ? 503 : 500, NULL, "generation failed: %s",
-                    g->error);
+                    g->error[0] ? g->error : tern_status_str(g->status));
         *http = e.http;
-        return srv_err_json(&e);
+        return srv_err_body(&e, g->req.api);
+    }
+    if (g->req.api == SRV_API_MESSAGES || g->req.api == SRV_API_RESPONSES) {
+        json_t *o = g->req.api == SRV_API_MESSAGES ? srv_msg_result(g) : srv_resp_result(g);
+        char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+        *http = s ? 200 : 500;
+        return s;
     }
     bool chat = g->req.kind == SRV_CHAT;
     json_t *choices = json_array();
     for (int i = 0; i < g->n; i++) {
-        const struct choice *c = &g->ch[i];
+        const struct srv_choice *c = &g->ch[i];
         if (chat) {
             json_array_append_new(choices, chat_choice(g, i));
         } else {

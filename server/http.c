@@ -1,7 +1,10 @@
 /*
  * http.c — the HTTP side of `tern serve` over libmicrohttpd: one thread per
  * connection (HTTP/1.1 keep-alive), body reading with a size limit, API-key
- * check, routing, OpenAI-shaped errors, and the SSE content reader.
+ * check (Authorization: Bearer or x-api-key), routing, errors in each API's
+ * shape (Anthropic's on /v1/messages*, OpenAI's elsewhere), the SSE content
+ * reader, and the stored Responses (GET / DELETE /v1/responses/{id},
+ * previous_response_id).
  *
  * Blocking is done on the connection's own thread: a non-streaming request
  * waits in the access handler, a streaming one in the content reader, both
@@ -39,7 +42,23 @@ struct hreq {
     struct srv_buf body;
     bool too_large;
     bool inflight; /* counted in s->inflight until the response is sent */
+    char rid[160]; /* SRV_R_RESPONSE_ID: the id in the path */
 };
+
+/* The API whose error shape a route answers with. */
+static enum srv_api api_of(enum srv_route r)
+{
+    if (r == SRV_R_MESSAGES || r == SRV_R_COUNT_TOKENS) return SRV_API_MESSAGES;
+    if (r == SRV_R_RESPONSES || r == SRV_R_RESPONSE_ID) return SRV_API_RESPONSES;
+    return SRV_API_CHAT;
+}
+
+static bool is_post_route(enum srv_route r)
+{
+    return r == SRV_R_CHAT || r == SRV_R_COMPLETIONS || r == SRV_R_TOKENIZE ||
+           r == SRV_R_DETOKENIZE || r == SRV_R_MESSAGES || r == SRV_R_COUNT_TOKENS ||
+           r == SRV_R_RESPONSES;
+}
 
 /* A streaming response's state, owned by the MHD response. */
 struct sse {
@@ -111,8 +130,11 @@ static enum MHD_Result respond_err(struct MHD_Connection *c, struct hreq *h, con
     const char *hk = NULL, *hv = NULL;
     if (e->http == 401) hk = "WWW-Authenticate", hv = "Bearer";
     if (e->http == 429 || e->http == 503) hk = "Retry-After", hv = "1";
-    if (e->http == 405) hk = "Allow", hv = h->route <= SRV_R_COMPLETIONS || h->route >= SRV_R_TOKENIZE ? "POST" : "GET";
-    return respond(c, h, e->http, "application/json", srv_err_json(e), hk, hv);
+    if (e->http == 405)
+        hk = "Allow", hv = is_post_route(h->route)              ? "POST"
+                           : h->route == SRV_R_RESPONSE_ID ? "GET, DELETE"
+                                                           : "GET";
+    return respond(c, h, e->http, "application/json", srv_err_body(e, api_of(h->route)), hk, hv);
 }
 
 static enum MHD_Result fail(struct MHD_Connection *c, struct hreq *h, int http, const char *param,
@@ -141,9 +163,11 @@ static bool authorized(struct srv *s, struct MHD_Connection *c)
 {
     if (!s->o.api_key || !s->o.api_key[0]) return true;
     const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
     bool bearer = a && !strncasecmp(a, "Bearer ", 7);
     bool ok = key_ok(bearer ? a + 7 : "", s->o.api_key); /* compare even when malformed */
-    return bearer && ok;
+    bool xok = key_ok(x ? x : "", s->o.api_key);
+    return (bearer && ok) || (x && xok);
 }
 
 static bool client_gone(MHD_socket fd)
@@ -165,15 +189,23 @@ static MHD_socket conn_fd(struct MHD_Connection *c)
     return ci ? ci->connect_fd : MHD_INVALID_SOCKET;
 }
 
-static enum srv_route route_of(const char *url)
+static enum srv_route route_of(const char *url, char *rid, size_t cap)
 {
+    static const char RESP[] = "/v1/responses/";
+    if (!strncmp(url, RESP, sizeof RESP - 1) && url[sizeof RESP - 1] &&
+        !strchr(url + sizeof RESP - 1, '/') && strlen(url + sizeof RESP - 1) < cap) {
+        snprintf(rid, cap, "%s", url + sizeof RESP - 1);
+        return SRV_R_RESPONSE_ID;
+    }
     static const struct {
         const char *path;
         enum srv_route r;
     } t[] = {{"/v1/chat/completions", SRV_R_CHAT}, {"/v1/completions", SRV_R_COMPLETIONS},
              {"/v1/models", SRV_R_MODELS},         {"/health", SRV_R_HEALTH},
              {"/metrics", SRV_R_METRICS},          {"/tokenize", SRV_R_TOKENIZE},
-             {"/detokenize", SRV_R_DETOKENIZE}};
+             {"/detokenize", SRV_R_DETOKENIZE},    {"/v1/messages", SRV_R_MESSAGES},
+             {"/v1/messages/count_tokens", SRV_R_COUNT_TOKENS},
+             {"/v1/responses", SRV_R_RESPONSES}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (!strcmp(url, t[i].path)) return t[i].r;
     return SRV_R_OTHER;
@@ -306,15 +338,44 @@ static enum MHD_Result start_stream(struct MHD_Connection *c, struct hreq *h, st
     return ret;
 }
 
+/* previous_response_id: the stored conversation goes between the
+ * instructions and the new input. */
+static bool continue_conversation(struct srv *s, struct srv_req *r, struct srv_err *err)
+{
+    json_t *conv = NULL;
+    if (!srv_store_get(s->mc.store, r->previous_id, (int64_t)time(NULL), NULL, &conv)) {
+        srv_err_set(err, 404, "previous_response_id",
+                    "previous response '%.100s' was not found (never stored, deleted or expired)",
+                    r->previous_id);
+        return false;
+    }
+    json_t *msgs = json_array();
+    for (int i = 0; i < r->n_head; i++) json_array_append(msgs, json_array_get(r->messages, (size_t)i));
+    json_array_extend(msgs, conv);
+    for (size_t i = (size_t)r->n_head; i < json_array_size(r->messages); i++)
+        json_array_append(msgs, json_array_get(r->messages, i));
+    json_decref(conv);
+    json_decref(r->messages);
+    r->messages = msgs;
+    return true;
+}
+
 static enum MHD_Result do_generate(struct MHD_Connection *c, struct hreq *h)
 {
     struct srv *s = h->s;
     struct srv_parse_opts po = {.vocab_size = s->mc.vocab_size, .max_n = 16};
     struct srv_req req;
     struct srv_err err;
-    enum srv_kind kind = h->route == SRV_R_CHAT ? SRV_CHAT : SRV_COMPLETION;
-    if (!srv_req_parse(kind, h->body.p ? h->body.p : "", h->body.len, &po, &req, &err))
+    const char *body = h->body.p ? h->body.p : "";
+    bool parsed = h->route == SRV_R_MESSAGES    ? srv_messages_parse(body, h->body.len, false, &req, &err)
+                  : h->route == SRV_R_RESPONSES ? srv_responses_parse(body, h->body.len, &req, &err)
+                  : srv_req_parse(h->route == SRV_R_CHAT ? SRV_CHAT : SRV_COMPLETION, body,
+                                  h->body.len, &po, &req, &err);
+    if (!parsed) return respond_err(c, h, &err);
+    if (req.previous_id && !continue_conversation(s, &req, &err)) {
+        srv_req_free(&req);
         return respond_err(c, h, &err);
+    }
     int now = atomic_fetch_add(&s->inflight, 1) + 1;
     /* the state read again: shutdown may have begun after dispatch's check,
      * and its drain may have seen nothing in flight (it stores the state,
@@ -456,6 +517,42 @@ static enum MHD_Result do_detokenize(struct MHD_Connection *c, struct hreq *h)
     return respond_json(c, h, 200, o);
 }
 
+/* POST /v1/messages/count_tokens: the prompt's length as a Messages request. */
+static enum MHD_Result do_count_tokens(struct MHD_Connection *c, struct hreq *h)
+{
+    struct srv *s = h->s;
+    struct srv_req req;
+    struct srv_err err;
+    int32_t *ids = NULL, n = 0;
+    bool think;
+    if (!srv_messages_parse(h->body.p ? h->body.p : "", h->body.len, true, &req, &err))
+        return respond_err(c, h, &err);
+    bool ok = srv_prompt_build(&s->mc, &req, &ids, &n, &think, NULL, &err);
+    srv_req_free(&req);
+    free(ids);
+    if (!ok) return respond_err(c, h, &err);
+    return respond_json(c, h, 200, json_pack("{s:i}", "input_tokens", n));
+}
+
+/* GET / DELETE /v1/responses/{id}. */
+static enum MHD_Result do_response_id(struct MHD_Connection *c, struct hreq *h, const char *method)
+{
+    struct srv *s = h->s;
+    json_t *resp = NULL;
+    bool found = !strcmp(method, "DELETE")
+                     ? srv_store_delete(s->mc.store, h->rid)
+                     : srv_store_get(s->mc.store, h->rid, (int64_t)time(NULL), &resp, NULL);
+    if (!found) {
+        struct srv_err e;
+        srv_err_set(&e, 404, NULL, "response '%.100s' was not found (never stored, deleted or expired)",
+                    h->rid);
+        return respond_err(c, h, &e);
+    }
+    if (resp) return respond_json(c, h, 200, resp);
+    return respond_json(c, h, 200, json_pack("{s:s, s:s, s:b}", "id", h->rid, "object", "response",
+                                             "deleted", 1));
+}
+
 static enum MHD_Result do_models(struct MHD_Connection *c, struct hreq *h)
 {
     struct srv *s = h->s;
@@ -489,11 +586,6 @@ static enum MHD_Result do_metrics(struct MHD_Connection *c, struct hreq *h)
 
 /* ----------------------------------------------------------------- handler */
 
-static bool is_post_route(enum srv_route r)
-{
-    return r == SRV_R_CHAT || r == SRV_R_COMPLETIONS || r == SRV_R_TOKENIZE || r == SRV_R_DETOKENIZE;
-}
-
 /* Checks that need only the headers. Returns MHD_YES/NO when it responded,
  * or -1 to go on reading the body. */
 static int check_headers(struct MHD_Connection *c, struct hreq *h, const char *method)
@@ -507,11 +599,16 @@ static int check_headers(struct MHD_Connection *c, struct hreq *h, const char *m
         srv_err_set(&e, 503, NULL, "%s", st == SRV_LOADING ? "the model is loading" : "the server is shutting down");
         return respond_err(c, h, &e);
     }
-    if (!authorized(s, c)) return fail(c, h, 401, NULL, "invalid or missing API key (Authorization: Bearer ...)");
+    if (!authorized(s, c))
+        return fail(c, h, 401, NULL, "invalid or missing API key (Authorization: Bearer ... or x-api-key)");
     if (h->route == SRV_R_OTHER) return fail(c, h, 404, NULL, "no such route");
     bool post = !strcmp(method, "POST");
-    if (is_post_route(h->route) != post)
+    if (h->route == SRV_R_RESPONSE_ID) {
+        if (strcmp(method, "GET") && strcmp(method, "DELETE"))
+            return fail(c, h, 405, NULL, "this route takes GET or DELETE");
+    } else if (is_post_route(h->route) != post) {
         return fail(c, h, 405, NULL, post ? "this route takes GET" : "this route takes POST");
+    }
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl && strtoull(cl, NULL, 10) > s->o.max_body_bytes) {
         char msg[128];
@@ -521,7 +618,7 @@ static int check_headers(struct MHD_Connection *c, struct hreq *h, const char *m
     return -1;
 }
 
-static enum MHD_Result dispatch(struct MHD_Connection *c, struct hreq *h)
+static enum MHD_Result dispatch(struct MHD_Connection *c, struct hreq *h, const char *method)
 {
     struct srv *s = h->s;
     if (h->too_large) {
@@ -538,7 +635,11 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, struct hreq *h)
     }
     switch (h->route) {
     case SRV_R_CHAT:
-    case SRV_R_COMPLETIONS: return do_generate(c, h);
+    case SRV_R_COMPLETIONS:
+    case SRV_R_MESSAGES:
+    case SRV_R_RESPONSES: return do_generate(c, h);
+    case SRV_R_COUNT_TOKENS: return do_count_tokens(c, h);
+    case SRV_R_RESPONSE_ID: return do_response_id(c, h, method);
     case SRV_R_TOKENIZE: return do_tokenize(c, h);
     case SRV_R_DETOKENIZE: return do_detokenize(c, h);
     case SRV_R_MODELS: return do_models(c, h);
@@ -556,7 +657,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         h = calloc(1, sizeof *h);
         if (!h) return MHD_NO;
         h->s = s;
-        h->route = route_of(url);
+        h->route = route_of(url, h->rid, sizeof h->rid);
         *con_cls = h;
         int r = check_headers(c, h, method);
         if (r >= 0) {
@@ -573,7 +674,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
-    return dispatch(c, h);
+    return dispatch(c, h, method);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,

@@ -41,10 +41,39 @@ void srv_hist_observe(struct srv_hist *h, double v)
 
 const char *srv_route_name(enum srv_route r)
 {
-    static const char *names[SRV_R_COUNT] = {"/v1/chat/completions", "/v1/completions", "/v1/models",
-                                             "/health", "/metrics", "/tokenize", "/detokenize",
-                                             "other"};
+    static const char *names[SRV_R_COUNT] = {
+        "/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics",
+        "/tokenize", "/detokenize", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
+        "/v1/responses/{id}", "other"};
     return r < SRV_R_COUNT ? names[r] : "other";
+}
+
+enum srv_route srv_api_route(enum srv_api api)
+{
+    switch (api) {
+    case SRV_API_CHAT: return SRV_R_CHAT;
+    case SRV_API_COMPLETIONS: return SRV_R_COMPLETIONS;
+    case SRV_API_MESSAGES: return SRV_R_MESSAGES;
+    case SRV_API_RESPONSES: return SRV_R_RESPONSES;
+    }
+    return SRV_R_OTHER;
+}
+
+void srv_metrics_tokens(struct srv_metrics *m, enum srv_route route, int64_t prompt, int64_t completion)
+{
+    if (route >= SRV_R_COUNT) route = SRV_R_OTHER;
+    m->prompt_tokens[route] += (uint64_t)(prompt > 0 ? prompt : 0);
+    m->completion_tokens[route] += (uint64_t)(completion > 0 ? completion : 0);
+}
+
+/* A counter family labelled by route, with the routes that have counts. */
+static void fmt_by_route(struct srv_buf *o, const char *name, const char *help, const uint64_t *v)
+{
+    srv_buf_printf(o, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+    for (int r = 0; r < SRV_R_COUNT; r++)
+        if (v[r])
+            srv_buf_printf(o, "%s{route=\"%s\"} %llu\n", name, srv_route_name((enum srv_route)r),
+                           (unsigned long long)v[r]);
 }
 
 void srv_metrics_count(struct srv_metrics *m, enum srv_route route, int status)
@@ -90,6 +119,10 @@ bool srv_metrics_format(const struct srv_metrics *m, const struct tern_engine_st
                            srv_route_name((enum srv_route)r), code,
                            (unsigned long long)m->requests[r][s]);
         }
+    fmt_by_route(o, "tern_route_prompt_tokens_total",
+                 "Prompt tokens of finished generation requests, by route.", m->prompt_tokens);
+    fmt_by_route(o, "tern_route_generation_tokens_total",
+                 "Tokens generated for finished generation requests, by route.", m->completion_tokens);
     fmt_hist(o, "tern_time_to_first_token_seconds", "Time from submit to the first token.", &m->ttft);
     fmt_hist(o, "tern_inter_token_latency_seconds", "Time between tokens of one completion.", &m->itl);
     fmt_hist(o, "tern_request_queue_time_seconds", "Time a request waited before its first step.",

@@ -66,7 +66,26 @@ char *srv_err_json(const struct srv_err *e)
     return s;
 }
 
-static const char *type_name(const json_t *v)
+char *srv_err_body(const struct srv_err *e, enum srv_api api)
+{
+    if (api != SRV_API_MESSAGES) return srv_err_json(e);
+    /* Anthropic's error types by status */
+    const char *ty = e->http == 401   ? "authentication_error"
+                     : e->http == 403 ? "permission_error"
+                     : e->http == 404 ? "not_found_error"
+                     : e->http == 413 ? "request_too_large"
+                     : e->http == 429 ? "rate_limit_error"
+                     : e->http == 503 || e->http == 529 ? "overloaded_error"
+                     : e->http >= 500 ? "api_error"
+                                      : "invalid_request_error";
+    json_t *o = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", ty, "message",
+                          e->message);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
+}
+
+const char *srv_json_type_name(const json_t *v)
 {
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "object";
@@ -80,8 +99,10 @@ static const char *type_name(const json_t *v)
     }
 }
 
+#define type_name srv_json_type_name
+
 /* A number field in [lo, hi]; absent or null leaves *has false. */
-static bool get_num(json_t *root, const char *key, double lo, double hi, bool lo_open, bool *has,
+bool srv_get_num(json_t *root, const char *key, double lo, double hi, bool lo_open, bool *has,
                     float *out, struct srv_err *err)
 {
     json_t *v = json_object_get(root, key);
@@ -102,7 +123,7 @@ static bool get_num(json_t *root, const char *key, double lo, double hi, bool lo
     return true;
 }
 
-static bool get_int(json_t *root, const char *key, long long lo, long long hi, bool *has,
+bool srv_get_int(json_t *root, const char *key, long long lo, long long hi, bool *has,
                     long long *out, struct srv_err *err)
 {
     json_t *v = json_object_get(root, key);
@@ -122,7 +143,7 @@ static bool get_int(json_t *root, const char *key, long long lo, long long hi, b
     return true;
 }
 
-static bool get_bool(json_t *root, const char *key, bool *out, struct srv_err *err)
+bool srv_get_bool(json_t *root, const char *key, bool *out, struct srv_err *err)
 {
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) return true;
@@ -133,6 +154,10 @@ static bool get_bool(json_t *root, const char *key, bool *out, struct srv_err *e
     *out = json_is_true(v);
     return true;
 }
+
+#define get_num srv_get_num
+#define get_int srv_get_int
+#define get_bool srv_get_bool
 
 /* ---------------------------------------------------------------- messages */
 
@@ -349,8 +374,13 @@ static bool parse_tools(json_t *root, struct srv_req *r, struct srv_err *err)
                     "{\"type\": \"function\", \"function\": {\"name\": ...}}");
         return false;
     }
+    return srv_check_tool_choice(r, "tool_choice", err);
+}
+
+bool srv_check_tool_choice(struct srv_req *r, const char *param, struct srv_err *err)
+{
     if (r->tool_choice != SRV_TC_NONE && !r->tools) { /* as vLLM: absent or empty tools */
-        srv_err_set(err, 400, "tool_choice", "'tool_choice' is \"%s\" but no 'tools' were given",
+        srv_err_set(err, 400, param, "'%s' is \"%s\" but no 'tools' were given", param,
                     r->tool_choice == SRV_TC_AUTO       ? "auto"
                     : r->tool_choice == SRV_TC_REQUIRED ? "required"
                                                         : "function");
@@ -366,8 +396,8 @@ static bool parse_tools(json_t *root, struct srv_req *r, struct srv_err *err)
             if (n && r->tool_name && !strcmp(n, r->tool_name)) found = true;
         }
         if (!found) {
-            srv_err_set(err, 400, "tool_choice", "'tool_choice' names function '%.60s', which is not in 'tools'",
-                        r->tool_name ? r->tool_name : "");
+            srv_err_set(err, 400, param, "'%s' names function '%.60s', which is not in 'tools'",
+                        param, r->tool_name ? r->tool_name : "");
             return false;
         }
     }
@@ -617,6 +647,7 @@ bool srv_req_parse(enum srv_kind kind, const char *body, size_t len,
 {
     memset(r, 0, sizeof *r);
     r->kind = kind;
+    r->api = kind == SRV_CHAT ? SRV_API_CHAT : SRV_API_COMPLETIONS;
     r->enable_thinking = -1;
     json_error_t je;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
@@ -661,6 +692,8 @@ void srv_req_free(struct srv_req *r)
     free(r->bias_ids);
     free(r->bias_values);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
+    free(r->previous_id);
+    json_decref(r->echo);
     memset(r, 0, sizeof *r);
 }
 

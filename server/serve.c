@@ -28,7 +28,12 @@ static const char USAGE[] =
     "  --max-concurrent N     generation requests at once; more get 429 (default 0 = no limit)\n"
     "  --max-seqs N           sequences the engine batches (default: engine default)\n"
     "  --max-context N        tokens per sequence (default: the model's context length)\n"
+    "  --max-batch-tokens N   tokens the engine computes per step (default: engine default)\n"
+    "  --kv-bytes N[K|M|G]    KV cache budget in bytes (default: from --kv-fraction)\n"
+    "  --kv-fraction F        share of free device memory for the KV cache, in (0, 1]\n"
     "  --device cpu|cuda|auto where the model runs (default auto)\n"
+    "  --responses-max N      stored /v1/responses kept at most (default 1000; 0 = none)\n"
+    "  --responses-max-age S  and for at most S seconds (default 3600)\n"
     "  --always-usage         streamed responses always end with a usage chunk\n"
     "  --keepalive-ms N       SSE keep-alive comment interval (default 5000)\n"
     "  --shutdown-grace-ms N  on SIGINT/SIGTERM, how long in-flight requests may run on\n"
@@ -47,6 +52,8 @@ static bool parse_opts(int argc, char **argv, struct srv_opts *o, int *rc)
     o->keepalive_ms = 5000;
     o->shutdown_grace_ms = 15000;
     o->device = TERN_DEVICE_AUTO;
+    o->responses_max = 1000;
+    o->responses_max_age_s = 3600;
     o->api_key = getenv("TERN_API_KEY");
     *rc = 2;
     for (int i = 1; i < argc; i++) {
@@ -86,6 +93,19 @@ static bool parse_opts(int argc, char **argv, struct srv_opts *o, int *rc)
         } else if (!strcmp(a, "--max-seqs")) {
             if (!cli_parse_int("serve", a, v, 1, 1 << 16, &x)) return false;
             o->max_seqs = (int)x;
+        } else if (!strcmp(a, "--max-batch-tokens")) {
+            if (!cli_parse_int("serve", a, v, 16, 1 << 24, &x)) return false;
+            o->max_batch_tokens = (int)x;
+        } else if (!strcmp(a, "--kv-bytes")) {
+            if (!cli_parse_bytes("serve", a, v, &o->kv_bytes)) return false;
+        } else if (!strcmp(a, "--kv-fraction")) {
+            if (!cli_parse_real("serve", a, v, 1e-6, 1.0, &o->kv_fraction)) return false;
+        } else if (!strcmp(a, "--responses-max")) {
+            if (!cli_parse_int("serve", a, v, 0, 1 << 24, &x)) return false;
+            o->responses_max = (int)x;
+        } else if (!strcmp(a, "--responses-max-age")) {
+            if (!cli_parse_int("serve", a, v, 1, 1ll << 31, &x)) return false;
+            o->responses_max_age_s = (int)x;
         } else if (!strcmp(a, "--max-context")) {
             if (!cli_parse_int("serve", a, v, 16, 1 << 24, &x)) return false;
             o->max_context = (int)x;
@@ -178,6 +198,9 @@ static void *load_main(void *arg)
     struct tern_engine_params ep = tern_engine_default_params();
     if (s->o.max_seqs > 0) ep.max_seqs = s->o.max_seqs;
     if (s->o.max_context > 0) ep.max_context = s->o.max_context;
+    if (s->o.max_batch_tokens > 0) ep.max_batch_tokens = s->o.max_batch_tokens;
+    if (s->o.kv_bytes > 0) ep.kv_bytes = s->o.kv_bytes;
+    if (s->o.kv_fraction > 0) ep.kv_fraction = s->o.kv_fraction;
     st = tern_engine_create(s->mc.model, &ep, &s->mc.engine);
     if (st == TERN_OK) st = tern_engine_start(s->mc.engine);
     if (st != TERN_OK) {
@@ -230,6 +253,7 @@ static void cleanup(struct srv *s)
     free(s->script_n);
     tern_engine_destroy(s->mc.engine);
     tern_model_close(s->mc.model);
+    srv_store_destroy(s->mc.store);
     pthread_mutex_destroy(&s->metrics_lock);
     pthread_mutex_destroy(&s->active_lock);
 }
@@ -245,6 +269,11 @@ int tern_cmd_serve(int argc, char **argv)
     s.mc.eos = s.eos;
     s.mc.metrics = &s.metrics;
     s.mc.metrics_lock = &s.metrics_lock;
+    s.mc.store = srv_store_create(s.o.responses_max, s.o.responses_max_age_s);
+    if (!s.mc.store) {
+        fprintf(stderr, "tern serve: out of memory\n");
+        return 1;
+    }
     srv_metrics_init(&s.metrics);
     pthread_mutex_init(&s.metrics_lock, NULL);
     pthread_mutex_init(&s.active_lock, NULL);

@@ -8,15 +8,25 @@
  *   toolcall.c   tool-call parser: Hermes/Qwen JSON, Qwen3.5 XML, Llama 3 JSON,
  *                Gemma 4 (pure)
  *   toolchoice.c tool_choice required / named: the model's call format, the prefill
- *   req_parse.c  request JSON -> struct srv_req, validation (pure; fuzzed)
+ *   req_parse.c  chat / completions request JSON -> struct srv_req, validation (pure; fuzzed)
+ *   req_messages.c  Anthropic Messages request JSON -> struct srv_req (pure; fuzzed)
+ *   req_responses.c OpenAI Responses request JSON -> struct srv_req (pure; fuzzed)
+ *   resp_store.c the bounded in-memory store of Responses (previous_response_id)
  *   metrics.c    server counters, histograms, Prometheus text (pure)
  *   gen.c        one generation: submit, read events, run the text pipeline,
- *                build SSE chunks and final JSON
+ *                build chat / completions SSE chunks and final JSON
+ *   out_messages.c, out_responses.c  the same generation as Anthropic Messages
+ *                and OpenAI Responses events and bodies (gen_impl.h)
  *   http.c       routes, auth, errors, body reading (libmicrohttpd)
  *   serve.c      `tern serve`: options, lifecycle, signals
  *
- * The text of every completion flows through one pipeline, identical for
- * streaming and non-streaming responses (so the two always agree):
+ * Every API (chat completions, completions, Anthropic Messages, OpenAI
+ * Responses) parses into the one request model, struct srv_req (messages in
+ * the chat template's form, tools, sampling, the reasoning switch, stop
+ * strings), so prompt building, generation, tool-call parsing and reasoning
+ * splitting exist once. The text of every completion flows through one
+ * pipeline, identical for streaming and non-streaming responses (so the two
+ * always agree):
  *
  *   event text -> stop matcher -> reasoning splitter -> tool-call parser -> deltas
  */
@@ -62,6 +72,7 @@ struct srv_stop {
     int n_stops;
     struct srv_buf pending;
     bool stopped;
+    const char *matched; /* the stop string that matched (one of stops[]), or NULL */
 };
 
 /* Borrows nothing: the strings are copied. */
@@ -157,7 +168,9 @@ void srv_tool_make_id(char id[32], uint64_t *rng);
 
 /* ------------------------------------------------------------ request parse */
 
-enum srv_kind { SRV_CHAT, SRV_COMPLETION };
+enum srv_kind { SRV_CHAT, SRV_COMPLETION }; /* how the prompt is made */
+/* Which API the request came in through: how its output is written. */
+enum srv_api { SRV_API_CHAT, SRV_API_COMPLETIONS, SRV_API_MESSAGES, SRV_API_RESPONSES };
 enum srv_tool_choice { SRV_TC_AUTO, SRV_TC_NONE, SRV_TC_REQUIRED, SRV_TC_NAMED };
 
 /* ------------------------------------------------------ tool_choice prefill */
@@ -185,6 +198,7 @@ int srv_marker_tokens(const struct tern_tokenizer *tok, int32_t *ids, int max);
  * only what the client set overrides the model's defaults. */
 struct srv_req {
     enum srv_kind kind;
+    enum srv_api api;
     json_t *messages; /* CHAT: normalised copy for the template (content flattened) */
     json_t *tools;    /* CHAT: array or NULL */
     enum srv_tool_choice tool_choice;
@@ -211,6 +225,11 @@ struct srv_req {
     char *stops[SRV_MAX_STOP];
     int n_stops;
     bool stream, include_usage;
+    /* Responses only */
+    bool store;           /* keep the response for GET and previous_response_id */
+    char *previous_id;    /* previous_response_id, or NULL */
+    int n_head;           /* messages before the input (the instructions' system message) */
+    json_t *echo;         /* request fields the response object repeats */
 };
 
 /* A validation failure: message and the offending parameter (OpenAI shape). */
@@ -240,6 +259,46 @@ void srv_err_set(struct srv_err *e, int http, const char *param, const char *fmt
 json_t *srv_req_template_context(const struct srv_req *r, const char *bos, const char *eos);
 /* {"error": {...}} as a compact JSON string (free()). */
 char *srv_err_json(const struct srv_err *e);
+/* The error body in the API's shape: Anthropic's {"type": "error", "error":
+ * {"type", "message"}} for Messages, OpenAI's otherwise (free()). */
+char *srv_err_body(const struct srv_err *e, enum srv_api api);
+
+/* Field helpers shared by the request parsers (req_parse.c). A field absent
+ * or null leaves *has false and succeeds. */
+const char *srv_json_type_name(const json_t *v);
+bool srv_get_num(json_t *root, const char *key, double lo, double hi, bool lo_open, bool *has,
+                 float *out, struct srv_err *err);
+bool srv_get_int(json_t *root, const char *key, long long lo, long long hi, bool *has,
+                 long long *out, struct srv_err *err);
+bool srv_get_bool(json_t *root, const char *key, bool *out, struct srv_err *err);
+/* Checks the chat-form tools array r->tools against a tool_choice already set
+ * (names, "no tools" cases); `param` names the field in errors. */
+bool srv_check_tool_choice(struct srv_req *r, const char *param, struct srv_err *err);
+
+/* Anthropic Messages (req_messages.c): a /v1/messages body, or with
+ * `count_only` a /v1/messages/count_tokens body (no max_tokens). */
+bool srv_messages_parse(const char *body, size_t len, bool count_only, struct srv_req *out,
+                        struct srv_err *err);
+/* OpenAI Responses (req_responses.c): a /v1/responses body. */
+bool srv_responses_parse(const char *body, size_t len, struct srv_req *out, struct srv_err *err);
+
+/* ------------------------------------------------------- response store */
+
+/* Stored Responses by id: their response object and the conversation that
+ * led to them (messages in template form, the output included), for GET
+ * /v1/responses/{id} and previous_response_id. Bounded by count and by age;
+ * the oldest go first. Thread-safe. */
+struct srv_store;
+
+struct srv_store *srv_store_create(int max_entries, int64_t max_age_s);
+void srv_store_destroy(struct srv_store *s);
+/* Takes both references. `now_s` is the caller's clock (seconds). */
+bool srv_store_put(struct srv_store *s, const char *id, json_t *response, json_t *conv, int64_t now_s);
+/* New references to an entry's parts (either out pointer may be NULL); false when gone. */
+bool srv_store_get(struct srv_store *s, const char *id, int64_t now_s, json_t **response,
+                   json_t **conv);
+bool srv_store_delete(struct srv_store *s, const char *id);
+int srv_store_count(struct srv_store *s);
 
 /* ----------------------------------------------------------------- metrics */
 
@@ -261,6 +320,10 @@ enum srv_route {
     SRV_R_METRICS,
     SRV_R_TOKENIZE,
     SRV_R_DETOKENIZE,
+    SRV_R_MESSAGES,
+    SRV_R_COUNT_TOKENS,
+    SRV_R_RESPONSES,
+    SRV_R_RESPONSE_ID, /* GET / DELETE /v1/responses/{id} */
     SRV_R_OTHER,
     SRV_R_COUNT
 };
@@ -270,12 +333,16 @@ struct srv_metrics {
     uint64_t requests[SRV_R_COUNT][SRV_N_STATUS];
     struct srv_hist ttft, itl, queue, e2e;
     uint64_t disconnects, rejected_capacity;
-    uint64_t prompt_tokens, completion_tokens;
+    uint64_t prompt_tokens[SRV_R_COUNT], completion_tokens[SRV_R_COUNT]; /* per route */
 };
 
 void srv_metrics_init(struct srv_metrics *m);
 void srv_hist_observe(struct srv_hist *h, double v);
 void srv_metrics_count(struct srv_metrics *m, enum srv_route route, int status);
+/* Adds a finished generation's usage to its route's token counters. */
+void srv_metrics_tokens(struct srv_metrics *m, enum srv_route route, int64_t prompt, int64_t completion);
+/* The route of an API (for usage counters). */
+enum srv_route srv_api_route(enum srv_api api);
 const char *srv_route_name(enum srv_route r);
 /* Prometheus text exposition of the server's counters and the engine stats
  * (NULL while loading). `inflight` is the server's own in-flight count. */
@@ -303,6 +370,7 @@ struct srv_model_ctx {
     int n_markers;
     struct srv_metrics *metrics;
     pthread_mutex_t *metrics_lock;
+    struct srv_store *store; /* stored Responses */
 };
 
 /* Renders (chat) or takes (completion) the prompt and tokenizes it. *ids is
@@ -359,6 +427,11 @@ struct srv_opts {
     int test_admit_delay_ms; /* testing: a pause between a request's admission and its start */
     enum tern_device device;
     bool always_usage;
+    double kv_fraction;       /* engine memory: 0 = engine default */
+    long long kv_bytes;       /* 0 = from kv_fraction */
+    int max_batch_tokens;     /* 0 = engine default */
+    int responses_max;        /* stored Responses at most */
+    int responses_max_age_s;  /* and for at most this long */
 };
 
 enum srv_state { SRV_LOADING, SRV_READY, SRV_STOPPING, SRV_FAILED };

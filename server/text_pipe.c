@@ -104,22 +104,27 @@ bool srv_stop_init(struct srv_stop *s, char *const *stops, int n_stops)
     return true;
 }
 
-/* The earliest-starting full match of any stop string in s[0..n), or NULL. */
-static const char *stop_first(const struct srv_stop *s, const char *p, size_t n)
+/* The earliest-starting full match of any stop string in s[0..n), or NULL;
+ * *which is the index of the stop string that matched there. */
+static const char *stop_first(const struct srv_stop *s, const char *p, size_t n, int *which)
 {
     const char *first = NULL;
     for (int i = 0; i < s->n_stops; i++) {
         const char *m = find_mem(p, n, s->stops[i]);
-        if (m && (!first || m < first)) first = m;
+        if (m && (!first || m < first)) {
+            first = m;
+            *which = i;
+        }
     }
     return first;
 }
 
-static void stop_at(struct srv_stop *s, const char *first, struct srv_buf *out)
+static void stop_at(struct srv_stop *s, const char *first, int which, struct srv_buf *out)
 {
     srv_buf_add(out, s->pending.p, (size_t)(first - s->pending.p));
     srv_buf_consume(&s->pending, s->pending.len);
     s->stopped = true;
+    s->matched = s->stops[which];
 }
 
 /* The output ends at the earliest-starting stop string of the whole text. A
@@ -135,7 +140,8 @@ bool srv_stop_push(struct srv_stop *s, const char *text, size_t len, struct srv_
     srv_buf_add(&s->pending, text, len);
     const char *p = s->pending.p;
     size_t n = s->pending.len;
-    const char *first = stop_first(s, p, n);
+    int which = 0;
+    const char *first = stop_first(s, p, n, &which);
     /* the longest tail that could still begin a stop string */
     size_t keep = 0;
     for (int i = 0; i < s->n_stops; i++) {
@@ -143,7 +149,7 @@ bool srv_stop_push(struct srv_stop *s, const char *text, size_t len, struct srv_
         if (k > keep) keep = k;
     }
     if (first && (keep == 0 || p + n - keep >= first)) {
-        stop_at(s, first, out);
+        stop_at(s, first, which, out);
         return true;
     }
     srv_buf_add(out, p, n - keep);
@@ -154,9 +160,10 @@ bool srv_stop_push(struct srv_stop *s, const char *text, size_t len, struct srv_
 bool srv_stop_flush(struct srv_stop *s, struct srv_buf *out)
 {
     if (s->stopped) return true;
-    const char *first = s->pending.len ? stop_first(s, s->pending.p, s->pending.len) : NULL;
+    int which = 0;
+    const char *first = s->pending.len ? stop_first(s, s->pending.p, s->pending.len, &which) : NULL;
     if (first) {
-        stop_at(s, first, out);
+        stop_at(s, first, which, out);
         return true;
     }
     srv_buf_add(out, s->pending.p ? s->pending.p : "", s->pending.len);
@@ -169,6 +176,7 @@ void srv_stop_deinit(struct srv_stop *s)
     for (int i = 0; i < s->n_stops; i++) free(s->stops[i]);
     srv_buf_free(&s->pending);
     s->n_stops = 0;
+    s->matched = NULL;
 }
 
 /* --------------------------------------------------------------- reasoning */
