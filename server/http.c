@@ -524,7 +524,7 @@ static enum MHD_Result do_count_tokens(struct MHD_Connection *c, struct hreq *h)
     struct srv_req req;
     struct srv_err err;
     int32_t *ids = NULL, n = 0;
-    bool think;
+    enum srv_reason_fmt think;
     if (!srv_messages_parse(h->body.p ? h->body.p : "", h->body.len, true, &req, &err))
         return respond_err(c, h, &err);
     bool ok = srv_prompt_build(&s->mc, &req, &ids, &n, &think, NULL, &err);
