@@ -13,7 +13,10 @@
  *     either: BF16 activations, F32 sums);
  *   - the argmax agrees with the op-by-op forward wherever its top-2 gap is
  *     at least TIE;
- *   - a second run of the same tokens gives bitwise the same logits;
+ *   - a second run of the same tokens gives bitwise the same logits, and
+ *     so does the instrumented kernel (TERN_CUDA_STEP_STAMPS=FILE), which
+ *     writes FILE (a header and a row per op and block) and FILE.gaps (a
+ *     line per launch) when the model closes;
  *   - greedy generation (captured graphs) matches the op-by-op path up to
  *     the first near-tie;
  *   - the kernel's own argmax (fed back on the device): greedy tokens from
@@ -97,6 +100,17 @@ static int argmax_agree(const float *a, const float *b, int n, int V, int *close
         agree++;
     }
     return agree;
+}
+
+/* Lines of the file at path (-1: it cannot be read). */
+static long count_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    long n = 0;
+    for (int ch; (ch = fgetc(f)) != EOF;) n += ch == '\n';
+    fclose(f);
+    return n;
 }
 
 /* The argmax op's answer on the host: the first index of the maximum, NaN
@@ -191,6 +205,26 @@ static void test_step_logits(void **state)
     if (diff)
         fail_msg("step logits differ between two runs at %zu of %zu", diff, (size_t)N_POS * V);
     tern_free(b2);
+    /* the instrumented kernel: the same logits, and its stamps on close */
+    char stamps[300], gaps[320];
+    snprintf(stamps, sizeof stamps, "%s.stamps.csv", qdir);
+    snprintf(gaps, sizeof gaps, "%s.gaps", stamps);
+    setenv("TERN_CUDA_STEP_STAMPS", stamps, 1);
+    struct tern_model *ins = open_on(TERN_DEVICE_CUDA, true);
+    unsetenv("TERN_CUDA_STEP_STAMPS");
+    if (!ins->core.step) fail_msg("no decode step plan with stamps");
+    float *d = tu_model_logits(ins, ids, N_POS, V, 1, 16);
+    if (memcmp(d, b, (size_t)N_POS * V * sizeof *b) != 0)
+        fail_msg("the instrumented step kernel's logits differ from the plain one's");
+    tern_free(d);
+    tern_model_close(ins);
+    long n_ops = 4L * stp->core.hp.num_hidden_layers + 1, rows = count_lines(stamps) - 1;
+    long n_gaps = count_lines(gaps);
+    printf("  stamped: logits bitwise the plain kernel's; %ld stamp rows, %ld launch gaps\n", rows,
+           n_gaps);
+    if (rows < n_ops || rows % n_ops != 0)
+        fail_msg("%s: %ld rows, not one per op (%ld) and block", stamps, rows, n_ops);
+    if (n_gaps < N_POS / 2) fail_msg("%s: %ld launch gaps for %d steps", gaps, n_gaps, N_POS);
     /* greedy generation: the decode loop's captured graphs */
     int32_t *ga = tu_model_greedy(ops, ids, 8, 48), *gb = tu_model_greedy(stp, ids, 8, 48);
     int same = 0;

@@ -28,6 +28,7 @@ struct tern_step_plan {
     int grid;
     int64_t E, vocab;
     unsigned long long *stamps; /* TERN_CUDA_STEP_STAMPS: written to that file by step_free */
+    char *stamps_path;          /* the file, as the variable was at step_prepare */
     void *scratch; /* the epoch counter, the argmax's key and count, then the LL lines */
 };
 
@@ -220,11 +221,15 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
     a->max_splits = max_splits;
     cudaError_t e = cudaMemcpyAsync(p->ops_dev, ops, (size_t)p->n_ops * sizeof *ops,
                                     cudaMemcpyHostToDevice, c->stream);
-    if (getenv("TERN_CUDA_STEP_STAMPS")) {
-        size_t sb = (size_t)p->n_ops * (size_t)grid * TK_STEP_STAMPS * sizeof *p->stamps;
+    const char *stamps_path = getenv("TERN_CUDA_STEP_STAMPS");
+    if (stamps_path && (p->stamps_path = tern_strdup(stamps_path))) {
+        /* the stamps, then the latest exit, the launch count and the gaps */
+        size_t sb = ((size_t)p->n_ops * (size_t)grid * TK_STEP_STAMPS + 2 + TK_STEP_GAPS) *
+                    sizeof *p->stamps;
         if (cudaMalloc((void **)&p->stamps, sb) != cudaSuccess ||
             cudaMemset(p->stamps, 0, sb) != cudaSuccess) {
             cudaGetLastError();
+            cudaFree(p->stamps);
             p->stamps = NULL;
         }
         a->stamps = p->stamps;
@@ -361,9 +366,10 @@ void tern_cuda_step_free(struct tern_backend *be, struct tern_step_plan *p)
     if (!p) return;
     struct tern_cuda *c = tern_cuda_of(be);
     if (p->stamps) {
-        write_stamps(c, p, getenv("TERN_CUDA_STEP_STAMPS"));
+        write_stamps(c, p, p->stamps_path);
         cudaFree(p->stamps);
     }
+    tern_free(p->stamps_path);
     if (p->rec)
         for (int i = 0; i < p->n_ops; i++) cudaFree(p->rec[i]);
     cudaFree(p->ops_dev);
