@@ -8,18 +8,19 @@
  * the quantized table. Inputs are BF16-exact on both sides. Skipped without
  * a CUDA device.
  *
- * The GEMV is checked at every T = 1..8 with the default kernels and with
- * TERN_QUANT_KERNEL=v3 (the tensor-core GEMV of cuda_quant_mma.cu, 4/8 bits
- * with BF16 / F16 scales), v4 and v5 (cuda_quant_v4.cu, 4 bits; v4's half2
- * inner sums within 2e-3), with 333 output rows (not a multiple of its
- * 16-row tile) and shapes that give each K split (1, 2, 4, 8 warps per
- * tile); and for batch invariance: each token of a T = 8 launch bitwise
- * equal to the same token alone (T = 1), on both. v6 (cuda_quant_v6.cu,
- * opt-in) is forced by TERN_QUANT_KERNEL=v6
- * with shapes for 1, 2+ and 8 warps per tile; matmul_glu through the GLU
- * variants of v3 (default) and v6 must equal matmul + silu_mul bitwise
- * (test_glu); matmul_add_rmsnorm through v3's tk_epi variant bitwise the
- * unfused matmul + add_rmsnorm (test_epi).
+ * The GEMV is checked at every T = 1..8 with the kernel the shape takes
+ * by default (4 bits with BF16 / F16 scales: the tensor-core GEMV of
+ * cuda_quant_mma.cu; other widths and F32 scales: the register GEMV of
+ * cuda_quant.cu), with 333 output rows (not a multiple of the tensor-core
+ * kernel's 16-row tile) and shapes that give each of its K splits (1, 2, 4,
+ * 8 warps per tile) and both its tile counts per warp (the widest weights
+ * take two); and for batch invariance: each token of a T = 8 launch
+ * bitwise equal to the same token alone (T = 1). Two tiles per warp must
+ * give bitwise the rows one tile per warp gives (test_tp: a weight of
+ * >= 1024 tiles against its first rows as a weight of its own, with the
+ * same K split); matmul_glu through the tensor-core GEMV's GLU variant must
+ * equal matmul + silu_mul bitwise (test_glu), and matmul_rope_store through
+ * its RP variant matmul + qk_rope_store (test_rope_store).
  *
  * Tolerances (max |diff| / max |ref|): the GEMV accumulates in float32 like
  * the CPU, in another order: 1e-4. The cuBLASLt path multiplies BF16-rounded
@@ -36,7 +37,7 @@
 #include <string.h>
 
 #ifdef TERN_HAVE_CUDA
-#include "backend/cuda/cuda_quant.h" /* tk_qgemv_mma_ok / _split: which kernel a shape gets */
+#include "backend/cuda/cuda_quant.h" /* tk_qgemv_mma_ok / _split / _tp: which kernel a shape gets */
 #endif
 
 static struct tern_backend *cpu, *gpu, *gpu_det;
@@ -119,9 +120,6 @@ static void lin_free(struct tern_backend *be, struct tern_linear *l)
     if (l->bias.buf) tern_dtensor_free(be, &l->bias);
 }
 
-/* Scale of the random activations (large values take v4's float32 fallback). */
-static float x_scale = 1.0f;
-
 /* y = x w^T on the CPU and on g for random BF16 x [T, in]; returns the max
  * rel err. */
 static double run_matmul(struct tern_backend *g, struct tern_linear *lg, struct tern_linear *lc,
@@ -131,7 +129,7 @@ static double run_matmul(struct tern_backend *g, struct tern_linear *lg, struct 
     float *xf = tern_malloc((size_t)(T * in) * 4);
     uint16_t *xb = tern_malloc((size_t)(T * in) * 2);
     for (int64_t i = 0; i < T * in; i++) {
-        xb[i] = tern_f32_to_bf16(frand() * x_scale);
+        xb[i] = tern_f32_to_bf16(frand());
         xf[i] = tern_bf16_to_f32(xb[i]);
     }
     struct tern_dtensor xc = up(cpu, TERN_DTYPE_F32, 2, xs, xf), yc = up(cpu, TERN_DTYPE_F32, 2, ys, NULL);
@@ -200,7 +198,7 @@ static void check_batch_invariant(struct tern_backend *g, struct tern_linear *lg
     tern_free(xb);
 }
 
-/* True where TERN_QUANT_KERNEL=v3 takes the tensor-core GEMV (16-byte aligned operands). */
+/* True where the tensor-core GEMV takes the shape (16-byte aligned operands). */
 static bool mma_applies(int bits, int g, enum tern_dtype sdt, int64_t in, int64_t out)
 {
 #ifdef TERN_HAVE_CUDA
@@ -214,69 +212,29 @@ static bool mma_applies(int bits, int g, enum tern_dtype sdt, int64_t in, int64_
 #endif
 }
 
-/* True where the default (or TERN_QUANT_KERNEL=v6) takes the v6 GEMV. */
-static bool v6_applies(int bits, int g, enum tern_dtype sdt, int64_t in, int64_t out)
-{
-#ifdef TERN_HAVE_CUDA
-    struct tk_qmat m = {.q = (void *)256, .scales = (void *)256, .biases = (void *)256,
-                        .sdt = sdt == TERN_DTYPE_BF16 ? TK_BF16 : sdt == TERN_DTYPE_F16 ? TK_F16 : TK_F32,
-                        .bits = bits, .group = g};
-    return tk_qgemv6_ok(&m, (void *)256, TK_BF16, in, in, out) != 0;
-#else
-    (void)bits, (void)g, (void)sdt, (void)in, (void)out;
-    return false;
-#endif
-}
-
-/* Other GEMV versions tested beside the default, each on its own backend
- * (TERN_QUANT_KERNEL at creation) with its bound: v3 tensor cores (float32
- * sums of exact products), v4 half2 inner sums (a word's four products per
- * lane rounded to 11 bits), v5 v4's kernel with float32 sums. */
-#define N_ALT 4
-static const char *const alt_name[N_ALT] = {"v3", "v4", "v5", "v6"};
-static const double alt_tol[N_ALT] = {1e-4, 2e-3, 1e-4, 1e-4};
-static struct tern_backend *alt[N_ALT], *gpu_default;
-
-/* The GEMV at T = 1..8 with the default kernels and with each other
- * version, against the CPU; batch invariance of all. */
+/* The GEMV at T = 1..8 against the CPU; its batch invariance. */
 static double check_gemv(int bits, int g, enum tern_dtype sdt, int64_t out, int64_t in)
 {
     struct qhost h = qhost_make(out, in, bits, g, sdt);
     bool mma = mma_applies(bits, g, sdt, in, out);
-    double worst = 0, worst_alt[N_ALT] = {0};
+    double worst = 0;
     for (int wb = 0; wb < 2; wb++) {
         struct tern_linear lc = lin_on(cpu, &h, out, in, bits, g, wb);
         struct tern_linear lg = lin_on(gpu, &h, out, in, bits, g, wb);
-        struct tern_linear la[N_ALT];
-        for (int a = 0; a < N_ALT; a++) la[a] = lin_on(alt[a], &h, out, in, bits, g, wb);
         for (int64_t T = 1; T <= 8; T++) {
             double e = run_matmul(gpu, &lg, &lc, T, in, out);
             if (e > worst) worst = e;
-            for (int a = 0; a < N_ALT; a++) {
-                e = run_matmul(alt[a], &la[a], &lc, T, in, out);
-                if (e > worst_alt[a]) worst_alt[a] = e;
-            }
         }
         char what[64];
         snprintf(what, sizeof what, "b%d g%d %s [%d x %d]", bits, g, tern_dtype_name(sdt), (int)out,
                  (int)in);
         check_batch_invariant(gpu, &lg, in, out, what);
-        for (int a = 0; a < N_ALT; a++) {
-            check_batch_invariant(alt[a], &la[a], in, out, what);
-            lin_free(alt[a], &la[a]);
-        }
         lin_free(cpu, &lc);
         lin_free(gpu, &lg);
     }
-    printf("  b%d g%-3d %-4s [%5d x %4d] T=1..8 rel err default %.2e  v3 (%s) %.2e  v4 %.2e  "
-           "v5 %.2e  v6 (%s) %.2e (batch-invariant)\n",
-           bits, g, tern_dtype_name(sdt), (int)out, (int)in, worst, mma ? "mma" : "v1 ",
-           worst_alt[0], worst_alt[1], worst_alt[2], v6_applies(bits, g, sdt, in, out) ? "v6" : "v1",
-           worst_alt[3]);
+    printf("  b%d g%-3d %-4s [%5d x %5d] T=1..8 %s GEMV rel err %.2e (batch-invariant)\n", bits, g,
+           tern_dtype_name(sdt), (int)out, (int)in, mma ? "tensor-core" : "register", worst);
     if (!(worst <= 1e-4)) fail_msg("b%d g%d: gemv rel err %.2e", bits, g, worst);
-    for (int a = 0; a < N_ALT; a++)
-        if (!(worst_alt[a] <= alt_tol[a]))
-            fail_msg("b%d g%d: %s gemv rel err %.2e", bits, g, alt_name[a], worst_alt[a]);
     tern_free(h.q);
     tern_free(h.s);
     tern_free(h.b);
@@ -296,7 +254,7 @@ static void check_combo(int bits, int g, enum tern_dtype sdt)
         /* T = 20: three 8-token passes of the tensor-core GEMV where it is
          * the default (4 bits, up to 32 tokens), dequantize + cuBLASLt elsewhere. */
         const int64_t Ts[] = {1, 3, 8, 20, 40};
-        bool mma = bits == 4 && mma_applies(bits, g, sdt, in, out);
+        bool mma = mma_applies(bits, g, sdt, in, out);
         for (int i = 0; i < 5; i++) {
             double e = run_matmul(gpu, &lg, &lc, Ts[i], in, out);
             double *w = Ts[i] > (mma ? 32 : 8) ? &worst_lt : &worst_gemv;
@@ -321,7 +279,8 @@ static void check_combo(int bits, int g, enum tern_dtype sdt)
 }
 
 /* A table taller than the grid's 65535 y limit (a vocab-sized head) through
- * the dequantize kernel that v2 does not take (3 bits) at T = 40. */
+ * the general dequantize kernel (3 bits: tk_qdequant_fast does not take
+ * them) at T = 40. */
 static void test_tall_dequant(void **state)
 {
     (void)state;
@@ -342,9 +301,11 @@ static void test_tall_dequant(void **state)
 }
 
 /* Every bits x group (BF16 scales) and 4/8 bits with F16 scales through the
- * GEMV at T = 1..8 with 333 rows (8-bit g32/g64 there: 4 warps per tile);
- * then shapes for the other K splits of the tensor-core kernel
- * (tk_qgemv_mma_split: 8, 2 and 1 warps per tile). */
+ * GEMV at T = 1..8 with 333 rows (4 bits there: 2 warps per tile); then
+ * shapes for the other K splits of the tensor-core kernel
+ * (tk_qgemv_mma_split: 8, 4 and 1 warps per tile; the two widest take two
+ * tiles per warp, tk_qgemv_mma_tp) and wide 8-bit ones for the register
+ * GEMV. */
 static void test_gemv_all_t(void **state)
 {
     (void)state;
@@ -357,29 +318,27 @@ static void test_gemv_all_t(void **state)
         check_gemv(8, groups[i], TERN_DTYPE_F16, 333, 768);
     }
     check_gemv(4, 64, TERN_DTYPE_BF16, 40, 4096);    /* 8 warps per tile */
-    check_gemv(8, 128, TERN_DTYPE_F16, 40, 2048);    /* 8 warps per tile */
-    check_gemv(4, 32, TERN_DTYPE_BF16, 16392, 512);  /* 2 warps per tile */
-    check_gemv(4, 128, TERN_DTYPE_BF16, 32775, 256); /* 1 warp per tile */
-    check_gemv(8, 64, TERN_DTYPE_BF16, 32775, 128);  /* 1 warp per tile */
-    check_gemv(4, 64, TERN_DTYPE_BF16, 4100, 128);   /* v6: 1 warp per tile */
-    check_gemv(4, 32, TERN_DTYPE_F16, 24, 14336);    /* v6: 8 warps, 448 groups */
-    x_scale = 1e5f; /* beyond f16: v4 must take its float32 fallback */
-    check_gemv(4, 64, TERN_DTYPE_BF16, 333, 768);
-    x_scale = 1.0f;
+    check_gemv(4, 64, TERN_DTYPE_BF16, 333, 1024);   /* 4 warps per tile */
+    check_gemv(4, 32, TERN_DTYPE_F16, 24, 14336);    /* 8 warps per tile, 448 groups */
+    check_gemv(4, 32, TERN_DTYPE_BF16, 16392, 512);  /* 2 warps per tile, 2 tiles per warp */
+    check_gemv(4, 128, TERN_DTYPE_BF16, 32775, 256); /* 1 warp per tile, 2 tiles per warp */
+    check_gemv(4, 64, TERN_DTYPE_BF16, 4100, 128);   /* in 128: the register GEMV's exact path */
+    check_gemv(8, 128, TERN_DTYPE_F16, 40, 2048);
+    check_gemv(8, 64, TERN_DTYPE_BF16, 32775, 128);
 #ifdef TERN_HAVE_CUDA
-    if (tk_qgemv_mma_split(4, 64, 4096, 40) != 8 || tk_qgemv_mma_split(4, 32, 512, 16392) != 2 ||
-        tk_qgemv_mma_split(4, 128, 256, 32775) != 1 || tk_qgemv_mma_split(8, 128, 2048, 40) != 8 ||
-        tk_qgemv_mma_split(8, 64, 128, 32775) != 1 || tk_qgemv_mma_split(8, 64, 768, 333) != 4)
+    if (tk_qgemv_mma_split(4096, 40) != 8 || tk_qgemv_mma_split(1024, 333) != 4 ||
+        tk_qgemv_mma_split(14336, 24) != 8 || tk_qgemv_mma_split(512, 16392) != 2 ||
+        tk_qgemv_mma_split(768, 333) != 2 || tk_qgemv_mma_split(256, 32775) != 1)
         fail_msg("tk_qgemv_mma_split: the test shapes no longer cover 8, 4, 2 and 1 warps per tile");
-    if (tk_qgemv6_split(128, 4100) != 1 || tk_qgemv6_split(14336, 24) != 8 ||
-        tk_qgemv6_split(768, 333) < 2)
-        fail_msg("tk_qgemv6_split: the test shapes no longer cover 1, 8 and 2+ warps per tile");
+    if (tk_qgemv_mma_tp(16392) != 2 || tk_qgemv_mma_tp(32775) != 2 || tk_qgemv_mma_tp(333) != 1 ||
+        tk_qgemv_mma_tp(40) != 1)
+        fail_msg("tk_qgemv_mma_tp: the test shapes no longer cover one and two tiles per warp");
 #endif
-    if (!v6_applies(4, 32, TERN_DTYPE_F16, 14336, 24) || !v6_applies(4, 128, TERN_DTYPE_BF16, 128, 8) ||
-        v6_applies(8, 64, TERN_DTYPE_BF16, 4096, 4096) || v6_applies(4, 64, TERN_DTYPE_F32, 4096, 4096))
-        fail_msg("tk_qgemv6_ok: unexpected coverage");
-    if (!mma_applies(4, 64, TERN_DTYPE_BF16, 4096, 4096) || !mma_applies(8, 32, TERN_DTYPE_F16, 128, 8) ||
-        mma_applies(4, 64, TERN_DTYPE_F32, 4096, 4096) || mma_applies(2, 64, TERN_DTYPE_BF16, 4096, 4096))
+    if (!mma_applies(4, 64, TERN_DTYPE_BF16, 4096, 4096) ||
+        !mma_applies(4, 32, TERN_DTYPE_F16, 256, 8) || mma_applies(8, 32, TERN_DTYPE_F16, 256, 8) ||
+        mma_applies(4, 64, TERN_DTYPE_F32, 4096, 4096) ||
+        mma_applies(2, 64, TERN_DTYPE_BF16, 4096, 4096) ||
+        mma_applies(4, 64, TERN_DTYPE_BF16, 128, 4100))
         fail_msg("tk_qgemv_mma_ok: unexpected coverage");
 }
 
@@ -395,18 +354,16 @@ static void test_all_combos(void **state)
     check_combo(8, 128, TERN_DTYPE_F16);
 }
 
-/* matmul_glu on a quantized [2 ff, in] gate_up on gpu (the default: v3's
- * GLU variant) and with TERN_QUANT_KERNEL=v6 (v6's) bitwise equal to matmul
- * into a BF16 gate_up then silu_mul, at T = 1..8 and 20, with and without
- * bias. */
+/* matmul_glu on a quantized [2 ff, in] gate_up (the tensor-core GEMV's
+ * GLU variant) bitwise equal to matmul into a BF16 gate_up then silu_mul,
+ * at T = 1..8 and 20, with and without bias. */
 static void check_glu(int g, enum tern_dtype sdt, int64_t ff, int64_t in)
 {
     struct qhost h = qhost_make(2 * ff, in, 4, g, sdt);
-    if (!v6_applies(4, g, sdt, in, 2 * ff) || !mma_applies(4, g, sdt, in, 2 * ff))
-        fail_msg("glu g%d: v3 / v6 do not apply", g);
-    for (int kb = 0; kb < 4; kb++) {
-        struct tern_backend *be = kb < 2 ? gpu_default : alt[N_ALT - 1];
-        int wb = kb & 1;
+    if (!mma_applies(4, g, sdt, in, 2 * ff))
+        fail_msg("glu g%d: the tensor-core GEMV does not apply", g);
+    struct tern_backend *be = gpu;
+    for (int wb = 0; wb < 2; wb++) {
         struct tern_linear lg = lin_on(be, &h, 2 * ff, in, 4, g, wb);
         const int64_t Ts[] = {1, 2, 3, 4, 5, 8, 20};
         for (int i = 0; i < 7; i++) {
@@ -426,8 +383,8 @@ static void check_glu(int g, enum tern_dtype sdt, int64_t ff, int64_t in)
             int64_t nz = 0;
             for (int64_t k = 0; k < T * ff; k++) nz += h2[k] != 0;
             if (memcmp(h1, h2, (size_t)(T * ff) * 2) != 0 || nz < T * ff / 2)
-                fail_msg("glu g%d %s T=%d bias %d %s: fused differs from matmul + silu_mul", g,
-                         tern_dtype_name(sdt), (int)T, wb, kb < 2 ? "v3" : "v6");
+                fail_msg("glu g%d %s T=%d bias %d: fused differs from matmul + silu_mul", g,
+                         tern_dtype_name(sdt), (int)T, wb);
             tern_free(h1);
             tern_free(h2);
             tern_free(xb);
@@ -438,7 +395,7 @@ static void check_glu(int g, enum tern_dtype sdt, int64_t ff, int64_t in)
         }
         lin_free(be, &lg);
     }
-    printf("  b4 g%-3d %-4s glu [2 x %d x %d] T=1..20 v3 and v6 bitwise matmul + silu_mul\n", g,
+    printf("  b4 g%-3d %-4s glu [2 x %d x %d] T=1..20 bitwise matmul + silu_mul\n", g,
            tern_dtype_name(sdt), (int)ff, (int)in);
     tern_free(h.q);
     tern_free(h.s);
@@ -450,71 +407,109 @@ static void test_glu(void **state)
 {
     (void)state;
     if (!gpu) skip();
-    gpu_default = gpu;
     check_glu(32, TERN_DTYPE_BF16, 200, 768);
     check_glu(64, TERN_DTYPE_BF16, 1028, 512);
     check_glu(128, TERN_DTYPE_F16, 36, 1024);
     check_glu(64, TERN_DTYPE_F16, 12, 4096);
+    check_glu(64, TERN_DTYPE_BF16, 14336, 4096); /* the 8B gate_up: two tiles per warp */
 }
 
-/* The widest 4-bit weights take two tiles per warp (tk_qgemv_mma_tp): the
- * results must be bitwise those of one tile per warp (TERN_QMMA_TP=1), for
- * matmul and matmul_glu, at T = 1..8 and 13 (two passes), partial last
- * tiles included. */
-static void check_tp(int g, enum tern_dtype sdt, int64_t rows, int64_t in, bool glu)
+/* Rows src[0..n) of h (a weight of `in` columns) as a weight of their own. */
+static struct qhost qhost_rows(const struct qhost *h, const int64_t *src, int64_t n, int64_t in,
+                               int bits, int g)
 {
+    struct qhost r = {.sdt = h->sdt};
+    size_t words = (size_t)(in * bits / 32), ng = (size_t)(in / g), es = tern_dtype_size(h->sdt);
+    r.q = tern_malloc((size_t)n * words * 4);
+    r.s = tern_malloc((size_t)n * ng * es);
+    r.b = tern_malloc((size_t)n * ng * es);
+    r.bias = tern_malloc((size_t)n * 2);
+    for (int64_t k = 0; k < n; k++) {
+        size_t o = (size_t)src[k];
+        memcpy(r.q + (size_t)k * words, h->q + o * words, words * 4);
+        memcpy((char *)r.s + (size_t)k * ng * es, (const char *)h->s + o * ng * es, ng * es);
+        memcpy((char *)r.b + (size_t)k * ng * es, (const char *)h->b + o * ng * es, ng * es);
+        r.bias[k] = h->bias[o];
+    }
+    return r;
+}
+
+/* The widest 4-bit weights take two tiles per warp (tk_qgemv_mma_tp): their
+ * outputs from `start` on must be bitwise those of the same rows as a
+ * narrower weight of its own, which takes one tile per warp with the same K
+ * split (GLU: gate rows [start, ff) and up rows [ff + start, 2 ff)), for
+ * matmul and matmul_glu, at T = 1..8 and 13 (two passes), the full
+ * weight's partial last tiles included. */
+static void check_tp(int g, enum tern_dtype sdt, int64_t rows, int64_t in, bool glu, int64_t start)
+{
+    int64_t out = glu ? rows / 2 : rows, sub = out - start, srows = glu ? 2 * sub : sub;
     struct qhost h = qhost_make(rows, in, 4, g, sdt);
-    if (!mma_applies(4, g, sdt, in, rows)) fail_msg("tp g%d: v3 does not apply", g);
+    int64_t *src = tern_malloc((size_t)srows * sizeof *src);
+    for (int64_t k = 0; k < srows; k++) src[k] = start + k + (glu && k >= sub ? out - sub : 0);
+    struct qhost hs = qhost_rows(&h, src, srows, in, 4, g);
+    if (!mma_applies(4, g, sdt, in, rows))
+        fail_msg("tp g%d: the tensor-core GEMV does not apply", g);
 #ifdef TERN_HAVE_CUDA
-    if (tk_qgemv_mma_tp(4, rows) != 2) fail_msg("tp: [%d x %d] no longer takes 2 tiles per warp", (int)rows, (int)in);
+    if (tk_qgemv_mma_tp(rows) != 2 || tk_qgemv_mma_tp(srows) != 1 ||
+        tk_qgemv_mma_split(in, rows) != tk_qgemv_mma_split(in, srows))
+        fail_msg("tp: [%d x %d] and its last %d rows no longer take 2 and 1 tiles per warp with "
+                 "one K split",
+                 (int)rows, (int)in, (int)srows);
 #endif
-    struct tern_linear lg = lin_on(gpu, &h, rows, in, 4, g, true);
-    int64_t out = glu ? rows / 2 : rows;
+    struct tern_linear lw = lin_on(gpu, &h, rows, in, 4, g, true);
+    struct tern_linear ls = lin_on(gpu, &hs, srows, in, 4, g, true);
     const int64_t Ts[] = {1, 2, 5, 8, 13};
+    size_t es = glu ? 2 : 4;
     for (int i = 0; i < 5; i++) {
-        int64_t T = Ts[i], xs[2] = {T, in}, ys[2] = {T, out}, gs[2] = {T, rows};
+        int64_t T = Ts[i], xs[2] = {T, in};
+        int64_t ys[2][2] = {{T, out}, {T, sub}}, gs[2][2] = {{T, rows}, {T, srows}};
         uint16_t *xb = tern_malloc((size_t)(T * in) * 2);
         for (int64_t k = 0; k < T * in; k++) xb[k] = tern_f32_to_bf16(frand() * 4.0f);
-        struct tern_dtensor x = up(gpu, TERN_DTYPE_BF16, 2, xs, xb), y[2], gu;
-        gu = up(gpu, TERN_DTYPE_BF16, 2, gs, NULL);
-        for (int v = 0; v < 2; v++) {
-            y[v] = up(gpu, glu ? TERN_DTYPE_BF16 : TERN_DTYPE_F32, 2, ys, NULL);
-            if (v == 1) setenv("TERN_QMMA_TP", "1", 1);
-            if (glu) tu_ok(gpu->ops->matmul_glu(gpu, &x, &lg, &gu, &y[v]));
-            else tu_ok(gpu->ops->matmul(gpu, &x, &lg, &y[v], 0));
-            unsetenv("TERN_QMMA_TP");
+        struct tern_dtensor x = up(gpu, TERN_DTYPE_BF16, 2, xs, xb);
+        unsigned char *got[2];
+        for (int v = 0; v < 2; v++) { /* the wide weight, then its rows alone */
+            struct tern_linear *l = v ? &ls : &lw;
+            struct tern_dtensor y = up(gpu, glu ? TERN_DTYPE_BF16 : TERN_DTYPE_F32, 2, ys[v], NULL);
+            struct tern_dtensor gu = up(gpu, TERN_DTYPE_BF16, 2, gs[v], NULL);
+            if (glu)
+                tu_ok(gpu->ops->matmul_glu(gpu, &x, l, &gu, &y));
+            else
+                tu_ok(gpu->ops->matmul(gpu, &x, l, &y, 0));
+            size_t n = tern_dtensor_bytes(&y);
+            got[v] = tern_malloc(n);
+            tu_ok(gpu->ops->download(gpu, got[v], &y, n));
+            tern_dtensor_free(gpu, &y), tern_dtensor_free(gpu, &gu);
         }
-        size_t n = (size_t)(T * out) * (glu ? 2 : 4);
-        unsigned char *a = tern_malloc(n), *b = tern_malloc(n);
-        tu_ok(gpu->ops->download(gpu, a, &y[0], n));
-        tu_ok(gpu->ops->download(gpu, b, &y[1], n));
         int64_t nz = 0;
-        for (size_t k = 0; k < n; k++) nz += b[k] != 0;
-        if (memcmp(a, b, n) != 0 || nz < (int64_t)(n / 2))
-            fail_msg("tp g%d %s [%d x %d] %s T=%d: two tiles per warp differ from one", g,
-                     tern_dtype_name(sdt), (int)rows, (int)in, glu ? "glu" : "matmul", (int)T);
-        tern_free(a), tern_free(b), tern_free(xb);
-        tern_dtensor_free(gpu, &x), tern_dtensor_free(gpu, &gu);
-        tern_dtensor_free(gpu, &y[0]), tern_dtensor_free(gpu, &y[1]);
+        for (size_t k = 0; k < (size_t)(T * sub) * es; k++) nz += got[1][k] != 0;
+        if (nz < T * sub * (int64_t)es / 2) fail_msg("tp g%d T=%d: outputs mostly zero", g, (int)T);
+        for (int64_t t = 0; t < T; t++)
+            if (memcmp(got[0] + (size_t)(t * out + start) * es, got[1] + (size_t)(t * sub) * es,
+                       (size_t)sub * es) != 0)
+                fail_msg("tp g%d %s [%d x %d] %s T=%d token %d: two tiles per warp differ from one",
+                         g, tern_dtype_name(sdt), (int)rows, (int)in, glu ? "glu" : "matmul",
+                         (int)T, (int)t);
+        tern_free(got[0]), tern_free(got[1]), tern_free(xb);
+        tern_dtensor_free(gpu, &x);
     }
     printf("  b4 g%-3d %-4s %s [%d x %d] T=1..13 two tiles per warp bitwise one\n", g,
            tern_dtype_name(sdt), glu ? "glu" : "matmul", (int)rows, (int)in);
-    lin_free(gpu, &lg);
+    lin_free(gpu, &lw), lin_free(gpu, &ls);
     tern_free(h.q), tern_free(h.s), tern_free(h.b), tern_free(h.bias);
+    tern_free(hs.q), tern_free(hs.s), tern_free(hs.b), tern_free(hs.bias), tern_free(src);
 }
 
 static void test_tp(void **state)
 {
     (void)state;
     if (!gpu) skip();
-    check_tp(64, TERN_DTYPE_BF16, 16400, 512, false); /* partial last pair of tiles */
-    check_tp(128, TERN_DTYPE_F16, 16392, 256, false);  /* a partial tile */
-    check_tp(32, TERN_DTYPE_BF16, 16400, 512, true);   /* GLU: ff 8200 */
-    check_tp(64, TERN_DTYPE_BF16, 28672, 4096, true);  /* the 8B gate_up */
+    check_tp(64, TERN_DTYPE_BF16, 16400, 512, false, 8192); /* partial last pair of tiles */
+    check_tp(128, TERN_DTYPE_F16, 16392, 256, false, 8192); /* a partial tile */
+    check_tp(32, TERN_DTYPE_BF16, 16400, 512, true, 4096);  /* GLU: ff 8200 */
 }
 
-/* matmul_rope_store of a quantized fused [q | k | v] weight (v3's RP
- * variant: the rotation and the k / v cache stores in the GEMV epilogue)
+/* matmul_rope_store of a quantized fused [q | k | v] weight (the
+ * tensor-core GEMV's RP variant: the rotation and the k / v cache stores in the GEMV epilogue)
  * bitwise equal to matmul into qkv then qk_rope_store without head norms:
  * qkv and both caches, at T = 1, 3, 8 and 11 (two passes), slots scattered
  * over 4 blocks of 16 with one -1 (stores nothing), with and without bias,
@@ -616,19 +611,12 @@ static int setup(void **state)
     tu_ok(tern_backend_create(&p, &gpu));
     p.deterministic = true;
     tu_ok(tern_backend_create(&p, &gpu_det));
-    p.deterministic = false;
-    for (int a = 0; a < N_ALT; a++) {
-        setenv("TERN_QUANT_KERNEL", alt_name[a], 1);
-        tu_ok(tern_backend_create(&p, &alt[a]));
-    }
-    unsetenv("TERN_QUANT_KERNEL");
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    for (int a = 0; a < N_ALT; a++) tern_backend_destroy(alt[a]);
     tern_backend_destroy(gpu_det);
     tern_backend_destroy(gpu);
     tern_backend_destroy(cpu);

@@ -13,11 +13,10 @@
  *     either: BF16 activations, F32 sums);
  *   - the argmax agrees with the op-by-op forward wherever its top-2 gap is
  *     at least TIE;
- *   - a second run of the same tokens gives bitwise the same logits;
- *   - the same with every op taking the f16 overflow path (x times 2^-e,
- *     the sums scaled back; forced by TERN_CUDA_STEP_TUNE=256), and with
- *     one or two attention splits per head (TERN_CUDA_STEP_SPLITS: several
- *     64-position passes per item, with and without the merge);
+ *   - a second run of the same tokens gives bitwise the same logits, and
+ *     so does the instrumented kernel (TERN_CUDA_STEP_STAMPS=FILE), which
+ *     writes FILE (a header and a row per op and block) and FILE.gaps (a
+ *     line per launch) when the model closes;
  *   - greedy generation (captured graphs) matches the op-by-op path up to
  *     the first near-tie;
  *   - the kernel's own argmax (fed back on the device): greedy tokens from
@@ -27,8 +26,11 @@
  * shape, several warps per tile) against the op-by-op forward, and the same
  * model with layer 1's post-attention norm and the final norm weights at
  * 40000 (test_step_f16_range: gate_up, down and lm_head inputs beyond f16's
- * 65504, which the kernel's f16 MMAs must scale; no softmax after them, so
- * the two paths' rounding differences stay small).
+ * 65504, which the kernel's f16 MMAs must scale: x times 2^-e, the sums
+ * scaled back; no softmax after them, so the two paths' rounding
+ * differences stay small), and the wide model over a context long enough
+ * for several 64-position attention passes per split before the merge
+ * (test_step_long).
  * Skips (and says so) without a CUDA device.
  */
 #include "testutil.h"
@@ -80,13 +82,13 @@ static double top2_gap(const float *row, int V, int *arg)
     return amax > 0 ? (top - second) / amax : 0.0;
 }
 
-/* Positions where b's argmax is a's, failing at any whose a top-2 gap is
- * at least TIE; *close counts the near-ties skipped. */
-static int argmax_agree(const float *a, const float *b, int V, int *close)
+/* Positions (of n) where b's argmax is a's, failing at any whose a top-2
+ * gap is at least TIE; *close counts the near-ties skipped. */
+static int argmax_agree(const float *a, const float *b, int n, int V, int *close)
 {
     int agree = 0;
     *close = 0;
-    for (int i = 0; i < N_POS; i++) {
+    for (int i = 0; i < n; i++) {
         int ra = 0, rb = 0;
         double gap = top2_gap(a + (size_t)i * V, V, &ra);
         top2_gap(b + (size_t)i * V, V, &rb);
@@ -98,6 +100,17 @@ static int argmax_agree(const float *a, const float *b, int V, int *close)
         agree++;
     }
     return agree;
+}
+
+/* Lines of the file at path (-1: it cannot be read). */
+static long count_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    long n = 0;
+    for (int ch; (ch = fgetc(f)) != EOF;) n += ch == '\n';
+    fclose(f);
+    return n;
 }
 
 /* The argmax op's answer on the host: the first index of the maximum, NaN
@@ -181,7 +194,7 @@ static void test_step_logits(void **state)
            e_cpu, e_ref, N_POS);
     if (!(e_ops <= STEP_REL)) fail_msg("step logits vs op-by-op: rel err %.3e", e_ops);
     if (!(e_cpu <= CUDA_REL)) fail_msg("step logits vs CPU: rel err %.3e", e_cpu);
-    int close = 0, agree = argmax_agree(a, b, V, &close);
+    int close = 0, agree = argmax_agree(a, b, N_POS, V, &close);
     printf("  argmax equal at %d positions (%d near-ties not compared)\n", agree, close);
     /* deterministic: every sum in a fixed order (tile parts in warp order,
      * splits merged in split order, no float atomics), so a second run of
@@ -192,33 +205,26 @@ static void test_step_logits(void **state)
     if (diff)
         fail_msg("step logits differ between two runs at %zu of %zu", diff, (size_t)N_POS * V);
     tern_free(b2);
-    /* every op through the f16 overflow path (x times 2^-e, sums scaled back) */
-    setenv("TERN_CUDA_STEP_TUNE", "256", 1);
-    struct tern_model *ovf = open_on(TERN_DEVICE_CUDA, true);
-    unsetenv("TERN_CUDA_STEP_TUNE");
-    float *d = tu_model_logits(ovf, ids, N_POS, V, 1, 16);
-    double e_ovf = tu_max_rel_err(d, a, (size_t)N_POS * V);
-    printf("  f16 overflow path forced: step vs op-by-op %.2e\n", e_ovf);
-    if (!(e_ovf <= STEP_REL)) fail_msg("overflow path logits vs op-by-op: rel err %.3e", e_ovf);
+    /* the instrumented kernel: the same logits, and its stamps on close */
+    char stamps[300], gaps[320];
+    snprintf(stamps, sizeof stamps, "%s.stamps.csv", qdir);
+    snprintf(gaps, sizeof gaps, "%s.gaps", stamps);
+    setenv("TERN_CUDA_STEP_STAMPS", stamps, 1);
+    struct tern_model *ins = open_on(TERN_DEVICE_CUDA, true);
+    unsetenv("TERN_CUDA_STEP_STAMPS");
+    if (!ins->core.step) fail_msg("no decode step plan with stamps");
+    float *d = tu_model_logits(ins, ids, N_POS, V, 1, 16);
+    if (memcmp(d, b, (size_t)N_POS * V * sizeof *b) != 0)
+        fail_msg("the instrumented step kernel's logits differ from the plain one's");
     tern_free(d);
-    tern_model_close(ovf);
-    /* fewer attention splits (TERN_CUDA_STEP_SPLITS): one split per head
-     * (every pass of an item into its online softmax, the output written
-     * directly) and two (several passes, then the merge) */
-    for (int ns = 1; ns <= 2; ns++) {
-        char v[8];
-        snprintf(v, sizeof v, "%d", ns);
-        setenv("TERN_CUDA_STEP_SPLITS", v, 1);
-        struct tern_model *few = open_on(TERN_DEVICE_CUDA, true);
-        unsetenv("TERN_CUDA_STEP_SPLITS");
-        float *e = tu_model_logits(few, ids, N_POS, V, 1, 16);
-        double e_few = tu_max_rel_err(e, a, (size_t)N_POS * V);
-        printf("  at most %d attention split(s) per head: step vs op-by-op %.2e\n", ns, e_few);
-        if (!(e_few <= STEP_REL))
-            fail_msg("%d split(s): logits vs op-by-op: rel err %.3e", ns, e_few);
-        tern_free(e);
-        tern_model_close(few);
-    }
+    tern_model_close(ins);
+    long n_ops = 4L * stp->core.hp.num_hidden_layers + 1, rows = count_lines(stamps) - 1;
+    long n_gaps = count_lines(gaps);
+    printf("  stamped: logits bitwise the plain kernel's; %ld stamp rows, %ld launch gaps\n", rows,
+           n_gaps);
+    if (rows < n_ops || rows % n_ops != 0)
+        fail_msg("%s: %ld rows, not one per op (%ld) and block", stamps, rows, n_ops);
+    if (n_gaps < N_POS / 2) fail_msg("%s: %ld launch gaps for %d steps", gaps, n_gaps, N_POS);
     /* greedy generation: the decode loop's captured graphs */
     int32_t *ga = tu_model_greedy(ops, ids, 8, 48), *gb = tu_model_greedy(stp, ids, 8, 48);
     int same = 0;
@@ -382,7 +388,7 @@ static void wide_check(const char *dir, const char *what)
     double e_ops = tu_max_rel_err(b, a, (size_t)N_POS * V);
     printf("  %s: step vs op-by-op %.2e over %d positions\n", what, e_ops, N_POS);
     if (!(e_ops <= STEP_REL)) fail_msg("%s: step logits vs op-by-op: rel err %.3e", what, e_ops);
-    int close = 0, agree = argmax_agree(a, b, V, &close);
+    int close = 0, agree = argmax_agree(a, b, N_POS, V, &close);
     printf("  %s: argmax equal at %d (%d near-ties)\n", what, agree, close);
     fused_check(stp, V, what);
     tern_free(a);
@@ -403,6 +409,53 @@ static void test_step_f16_range(void **state)
     (void)state;
     if (!hdir[0]) skip();
     wide_check(hdir, "wide model, inputs beyond f16");
+}
+
+/* Logits of every position of ids (n tokens), one token per step, with
+ * room for n positions (tu_model_logits' engine holds 256). */
+static float *long_logits(struct tern_model *m, const int32_t *ids, int n, int V)
+{
+    struct tern_engine_params ep = tern_engine_default_params();
+    ep.max_seqs = 1;
+    ep.max_batch_tokens = 1;
+    ep.block_size = 16;
+    ep.max_context = n;
+    struct tern_engine *e = NULL;
+    if (tern_engine_create(m, &ep, &e) != TERN_OK) fail_msg("engine: %s", tern_last_error());
+    float *out = tern_malloc((size_t)n * (size_t)V * sizeof(float));
+    assert_non_null(out);
+    if (tern_logits(e, ids, n, out) != TERN_OK) fail_msg("logits: %s", tern_last_error());
+    tern_engine_destroy(e);
+    return out;
+}
+
+/* The wide model (G = 4, head_dim 128: at most 16 attention splits per kv
+ * head, tk_step_merge_floats) over N_LONG positions: beyond 16 x 64 each
+ * split runs several 64-position passes into its online softmax before
+ * the merge. Every position's logits against the op-by-op forward. */
+#define N_LONG 1100
+static void test_step_long(void **state)
+{
+    (void)state;
+    if (!wdir[0]) skip();
+    struct tern_model *ops = open_dir(wdir, TERN_DEVICE_CUDA, false);
+    struct tern_model *stp = open_dir(wdir, TERN_DEVICE_CUDA, true);
+    if (!stp->core.step) fail_msg("no decode step plan for %s", wdir);
+    int V = W_V;
+    int32_t *ids = tern_malloc(N_LONG * sizeof(int32_t));
+    for (int i = 0; i < N_LONG; i++) ids[i] = (int32_t)(((int64_t)i * 7919 + 13) % V);
+    float *a = long_logits(ops, ids, N_LONG, V), *b = long_logits(stp, ids, N_LONG, V);
+    double e_ops = tu_max_rel_err(b, a, (size_t)N_LONG * V);
+    printf("  long context: step vs op-by-op %.2e over %d positions\n", e_ops, N_LONG);
+    if (!(e_ops <= STEP_REL))
+        fail_msg("long context: step logits vs op-by-op: rel err %.3e", e_ops);
+    int close = 0, agree = argmax_agree(a, b, N_LONG, V, &close);
+    printf("  long context: argmax equal at %d (%d near-ties)\n", agree, close);
+    tern_free(a);
+    tern_free(b);
+    tern_free(ids);
+    tern_model_close(stp);
+    tern_model_close(ops);
 }
 
 static int setup(void **state)
@@ -449,8 +502,8 @@ static int teardown(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_step_logits),
-                                       cmocka_unit_test(test_step_wide),
-                                       cmocka_unit_test(test_step_f16_range)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_step_logits), cmocka_unit_test(test_step_wide),
+        cmocka_unit_test(test_step_f16_range), cmocka_unit_test(test_step_long)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -461,7 +461,6 @@ static void cu_destroy(struct tern_backend *be)
     if (c->lt) cublasLtDestroy(c->lt);
     cudaFree(c->lt_ws);
     cudaFree(c->attn_ws);
-    cudaFree(c->epi_count);
     if (c->copy_stream) cudaStreamDestroy(c->copy_stream);
     if (c->stream) cudaStreamDestroy(c->stream);
     tern_free(c);
@@ -518,8 +517,6 @@ static enum tern_status cu_init(struct tern_cuda *c, int device)
     TERN_TRY(dev_malloc(&c->lt_ws, TERN_CUDA_LT_WS_BYTES, "the cuBLASLt workspace"));
     TERN_TRY(dev_malloc((void **)&c->attn_ws, TERN_CUDA_ATTN_WS_BYTES, "the attention workspace"));
     TERN_CU(cudaMemset(c->attn_ws, 0, TERN_CUDA_ATTN_WS_BYTES)); /* the decode split counters */
-    TERN_TRY(dev_malloc((void **)&c->epi_count, sizeof(unsigned int), "the epilogue counter"));
-    TERN_CU(cudaMemset(c->epi_count, 0, sizeof(unsigned int)));
     for (int i = 0; i < TERN_CUDA_STAGES; i++) {
         TERN_CU(cudaHostAlloc(&c->stage[i], TERN_CUDA_STAGE_BYTES, cudaHostAllocDefault));
         TERN_CU(cudaEventCreateWithFlags(&c->stage_ev[i], cudaEventDisableTiming));
@@ -545,15 +542,7 @@ enum tern_status tern_backend_cuda_create(const struct tern_backend_params *para
                           params->device_index, n);
     struct tern_cuda *c = tern_calloc(1, sizeof *c);
     if (!c) return TERN_E_NO_MEMORY;
-    /* norm_matmul (the RMSNorm in the 4-bit GEMV's prologue) only when
-     * TERN_CUDA_FUSE_OPS names "nmm": on the H200 it made the 8B's 4-bit
-     * decode slower (323 vs 365 tok/s: every block of a many-wave GEMV
-     * repeats the norm; docs/perf/quant.md), and without the op the forward
-     * keeps its add_rmsnorm flow. */
     c->ops = cuda_ops;
-    if (!tern_cuda_fuse_named("nmm")) c->ops.norm_matmul = NULL;
-    /* with the opt-in qka the forward keeps qk_rope_store_attention's flow */
-    if (tern_cuda_fuse_named("qka")) c->ops.matmul_rope_store = NULL;
     /* the decode step as one kernel (cuda_step.c) unless TERN_CUDA_STEP=0 */
     const char *stp = getenv("TERN_CUDA_STEP");
     if (stp && strcmp(stp, "0") == 0) c->ops.step_prepare = NULL;
@@ -564,20 +553,6 @@ enum tern_status tern_backend_cuda_create(const struct tern_backend_params *para
     c->base.n_threads = 1;
     c->base.deterministic = params->deterministic;
     c->device = params->device_index;
-    /* Quantized kernels: by default the GEMV cuda_quant.c picks per shape
-     * (v3 tensor cores or v1) and the v2 dequantize (2.7x faster prefill),
-     * docs/perf/quant.md, 2026-11-29;
-     * TERN_QUANT_KERNEL=v1 or v2 forces both to one version, v3 takes the
-     * tensor-core GEMV (no faster than v1 at batch 1 on the H200) with the
-     * v2 dequantize; v4 / v5 the 4-bit GEMV of cuda_quant_v4.cu with half2 /
-     * float32 inner sums (other widths: v1). */
-    const char *qk = getenv("TERN_QUANT_KERNEL");
-    bool q1 = qk && strcmp(qk, "v1") == 0, q2 = qk && strcmp(qk, "v2") == 0;
-    bool q3 = qk && strcmp(qk, "v3") == 0;
-    bool q4 = qk && strcmp(qk, "v4") == 0, q5 = qk && strcmp(qk, "v5") == 0;
-    bool q6 = qk && strcmp(qk, "v6") == 0; /* cuda_quant_v6.cu (4 bits) */
-    c->qgemv_version = q6 ? 6 : q5 ? 5 : q4 ? 4 : q3 ? 3 : q2 ? 2 : q1 ? 1 : 0; /* 0: per shape */
-    c->qdequant_version = q1 ? 1 : 2;
     enum tern_status st = cu_init(c, c->device);
     if (st != TERN_OK) {
         cu_destroy(&c->base);

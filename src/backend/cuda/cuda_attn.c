@@ -1,9 +1,7 @@
 /*
  * cuda_attn.c — the KV store and attention ops: operand checks and the
- * choice between the two attention kernels; qk_rope_store and
- * qk_rope_store_attention (opt-in, for a batch of one-token sequences: the
- * decode kernel with the attention prologue folded in, one launch per layer
- * instead of two).
+ * choice between the two attention kernels; qk_rope_store (the attention
+ * prologue in one kernel).
  *
  * One attention call serves a whole ragged batch. Sequences with more than
  * one query token (prefill chunks) go to the tensor-core prefill kernel,
@@ -110,8 +108,7 @@ enum tern_status tern_cuda_qk_rope_store(struct tern_backend *be, struct tern_dt
     int64_t T = qkv->shape[0];
     if (T == 0) return TERN_OK;
     const struct tern_dtensor *K = &kv->k;
-    if (!tern_cuda_fuse_ops("qkr") ||
-        !tern_cuda_qkr_fits(qkv, q_norm, k_norm, rope, p, batch, kv)) {
+    if (!tern_cuda_qkr_fits(qkv, q_norm, k_norm, rope, p, batch, kv)) {
         if (q_norm) {
             TERN_TRY(ops->head_rmsnorm(be, qkv, 0, p->n_heads, hd, q_norm, eps));
             TERN_TRY(ops->head_rmsnorm(be, qkv, qd, p->n_kv_heads, hd, k_norm, eps));
@@ -245,14 +242,13 @@ static struct tk_attn_args attn_args(const struct tern_dtensor *qkv, const struc
 }
 
 /* The split-KV decode kernel over the batch's n_decode one-token
- * sequences, with the attention prologue folded in when pro is non-NULL. */
-static enum tern_status attn_decode(struct tern_cuda *c, const struct tk_attn_args *a,
-                                    const struct tk_qkr_args *pro, int n_decode)
+ * sequences. */
+static enum tern_status attn_decode(struct tern_cuda *c, const struct tk_attn_args *a, int n_decode)
 {
     struct decode_plan dp = {0, 0, 0, 0};
     TERN_TRY(decode_splits(c, a, n_decode, &dp));
-    cudaError_t e = tk_attn_decode(c->stream, a, pro, dp.min_len, dp.max_len, dp.n_target,
-                                   dp.n_splits, c->attn_ws);
+    cudaError_t e =
+        tk_attn_decode(c->stream, a, dp.min_len, dp.max_len, dp.n_target, dp.n_splits, c->attn_ws);
     if (e != cudaSuccess) return tern_cuda_fail("tk_attn_decode", (int)e, __FILE__, __LINE__);
     return TERN_OK;
 }
@@ -284,63 +280,6 @@ enum tern_status tern_cuda_attention(struct tern_backend *be, const struct tern_
         cudaError_t e = tk_attn_prefill(c->stream, &a);
         if (e != cudaSuccess) return tern_cuda_fail("tk_attn_prefill", (int)e, __FILE__, __LINE__);
     }
-    if (n_decode > 0 && fast_d) return attn_decode(c, &a, NULL, n_decode);
+    if (n_decode > 0 && fast_d) return attn_decode(c, &a, n_decode);
     return TERN_OK;
-}
-
-/* Whether every sequence of the batch has one query token (and every
- * token belongs to one). */
-static bool decode_only(const struct tern_batch *h, int64_t T)
-{
-    if (h->n_seqs < 1 || T != h->n_seqs || h->query_start[0] != 0) return false;
-    for (int s = 0; s < h->n_seqs; s++)
-        if (h->query_start[s + 1] - h->query_start[s] != 1) return false;
-    return true;
-}
-
-/* The fused decode kernel is opt-in: TERN_CUDA_FUSE_OPS must name "qka".
- * On the H200 (docs/perf/cuda-model.md, run 16) one launch per layer
- * instead of two was no faster at batch 1 (4-bit 8B: 377.5 / 378.9 tok/s
- * vs 379.5 / 380.6 without). */
-/* The decode kernel with the prologue folded in (tk_attn_decode with a
- * tk_qkr_args) for a decode-only batch it takes (tern_cuda_qkr_fits, attn_fast's
- * decode shapes, BF16) when TERN_CUDA_FUSE_OPS names "qka"; otherwise qk_rope_store, then
- * attention. Either way the same bits in out and the caches
- * (test_attn_fused_cuda); the fused kernel leaves qkv as it was, the
- * fallback rotates its q and k heads in place. */
-enum tern_status tern_cuda_qk_rope_store_attention(
-    struct tern_backend *be, struct tern_dtensor *qkv, const struct tern_dtensor *q_norm,
-    const struct tern_dtensor *k_norm, float eps, const struct tern_rope *rope,
-    const struct tern_attn_params *p, const struct tern_batch_dev *batch,
-    struct tern_kv_layer *kv, struct tern_dtensor *out)
-{
-    int64_t T = qkv->shape[0];
-    bool fused = T > 0 && tern_cuda_fuse_named("qka") && decode_only(batch->host, T) &&
-                 qkv->dtype == TERN_DTYPE_BF16 &&
-                 tern_cuda_qkr_fits(qkv, q_norm, k_norm, rope, p, batch, kv);
-    if (fused) {
-        TERN_TRY(attn_check(qkv, kv, batch, p, out));
-        fused = attn_fast(qkv, p, out, false);
-    }
-    if (!fused) {
-        TERN_TRY(tern_cuda_qk_rope_store(be, qkv, q_norm, k_norm, eps, rope, p, batch, kv));
-        return tern_cuda_attention(be, qkv, kv, batch, p, out);
-    }
-    struct tern_cuda *c = tern_cuda_of(be);
-    struct tk_attn_args a = attn_args(qkv, kv, batch, p, out);
-    struct tk_qkr_args pro = {
-        .q_norm = q_norm ? tern_cuda_ptr(q_norm) : NULL,
-        .k_norm = q_norm ? tern_cuda_ptr(k_norm) : NULL,
-        .wdt = q_norm ? (int)q_norm->dtype : 0,
-        .eps = eps,
-        .rotary_dim = rope->rotary_dim,
-        .interleaved = rope->interleaved,
-        .mscale = rope->mscale,
-        .inv_freq = tern_cuda_ptr(&rope->inv_freq),
-        .slots = tern_cuda_ptr(&batch->slot_mapping),
-        .n_slots = kv->k.shape[0] * kv->k.shape[1],
-        .k_cache = tern_cuda_ptr(&kv->k),
-        .v_cache = tern_cuda_ptr(&kv->v),
-    };
-    return attn_decode(c, &a, &pro, (int)T);
 }

@@ -42,23 +42,9 @@
  * Workspace (tk_attn_decode_ws_bytes): DEC_CNT uint32 counters (zero at the
  * context's creation, [S, n_kv_heads] used), then floats m, l:
  * [S, H, n_splits] and acc: [S, H, n_splits, D] (16-byte aligned).
- *
- * With the prologue folded in (PRO: tk_qk_rope_store's work, for batches
- * where every sequence has one query token), each block reads its G q heads
- * and the k head raw from the qkv row and applies the head norm and rope
- * itself (pro_prep: cuda_rope.cuh's arithmetic, the same roundings, so the
- * values are bitwise those qk_rope_store would store; rope's cos / sin once
- * per block). Split 0 of each (kv head, sequence) writes the new K / V rows
- * to the token's slot; no block reads that cache row: a K/V row load whose
- * slot is the token's new one takes the roped k and the v from registers
- * instead (ld_kv's `fresh` mask, take_fresh). So the rows a sequence reads
- * must not be written by another token of the batch (the engine's padding
- * sequences, slot -1 over block 0, may read a row a real sequence writes:
- * only their ignored outputs can then differ). qkv itself is not written.
- * Depends on cuda_common.cuh, cuda_rope.cuh.
+ * Depends on cuda_common.cuh.
  */
 #include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/cuda_rope.cuh"
 
 #include <cooperative_groups.h>
 #include <limits.h>
@@ -135,14 +121,6 @@ template <int EPL> static __device__ __forceinline__ void ld_kv_raw(const bf16 *
         asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(w[0]) : "l"(p));
 }
 
-/* EPL / 2 words to EPL consecutive bf16. */
-template <int EPL> static __device__ __forceinline__ void st_raw(bf16 *p, const uint32_t *w)
-{
-    if (EPL == 8) *(uint4 *)p = make_uint4(w[0], w[1], w[2], w[3]);
-    else if (EPL == 4) *(uint2 *)p = make_uint2(w[0], w[1]);
-    else *(uint32_t *)p = w[0];
-}
-
 /* Block-table entries every block copies to shared memory as it starts: a
  * K/V row in the first DEC_BT * block_size positions then takes its slot
  * from there. (Meant to load beside the sequence's length; as written the
@@ -151,67 +129,39 @@ template <int EPL> static __device__ __forceinline__ void st_raw(bf16 *p, const 
  * length's loads, then store it.) */
 #define DEC_BT 256
 
-/* Loads the U K and V rows from position j0 on (clamped to k1 - 1). PRO: a
- * row in cache slot s_new (the token's own, being written) is not loaded;
- * its bit in the returned mask says take_fresh must fill it. */
-template <int EPL, int U, bool PRO>
-static __device__ __forceinline__ unsigned ld_kv(const struct tk_attn_args &a, const int32_t *bt,
-                                                 const int *sbt, int g, int lane, int j0, int k1,
-                                                 int64_t s_new, uint32_t (&kr)[U][EPL / 2],
-                                                 uint32_t (&vr)[U][EPL / 2])
+/* Loads the U K and V rows from position j0 on (clamped to k1 - 1). */
+template <int EPL, int U>
+static __device__ __forceinline__ void ld_kv(const struct tk_attn_args &a, const int32_t *bt,
+                                             const int *sbt, int g, int lane, int j0, int k1,
+                                             uint32_t (&kr)[U][EPL / 2], uint32_t (&vr)[U][EPL / 2])
 {
     constexpr int D = EPL * 32;
     const bf16 *kc = (const bf16 *)a.k_cache, *vc = (const bf16 *)a.v_cache;
-    unsigned fresh = 0;
 #pragma unroll
     for (int u = 0; u < U; u++) {
         int j = j0 + u < k1 ? j0 + u : k1 - 1; /* the same for the whole warp */
         int jb = j / a.block_size;
         int blk = jb < DEC_BT ? sbt[jb] : bt[jb];
         int64_t slot = (int64_t)blk * a.block_size + j % a.block_size;
-        if (PRO && slot == s_new) {
-            fresh |= 1u << u;
-            continue;
-        }
         int64_t off = (slot * a.n_kv_heads + g) * D + lane * EPL;
         ld_kv_raw<EPL>(kc + off, kr[u]);
         ld_kv_raw<EPL>(vc + off, vr[u]);
     }
-    return fresh;
-}
-
-/* The rows ld_kv left out: the token's roped k and its v (kf, vf). */
-template <int EPL, int U>
-static __device__ __forceinline__ void take_fresh(unsigned fresh, uint32_t (&kr)[U][EPL / 2],
-                                                  uint32_t (&vr)[U][EPL / 2],
-                                                  const uint32_t (&kf)[EPL / 2],
-                                                  const uint32_t (&vf)[EPL / 2])
-{
-#pragma unroll
-    for (int u = 0; u < U; u++)
-        if (fresh >> u & 1)
-#pragma unroll
-            for (int w = 0; w < EPL / 2; w++) kr[u][w] = kf[w], vr[u][w] = vf[w];
 }
 
 /* One warp's online softmax over its tokens of [k0, k1): U rows per step
  * (the first step's already in kr / vr), the next step's rows loaded before
  * the current ones are used. */
-template <int D, int GM, int U, int W, bool PRO>
+template <int D, int GM, int U, int W>
 static __device__ __forceinline__ void
 warp_attend(const struct tk_attn_args &a, const int32_t *bt, const int *sbt, int g, int lane,
-            int warp, int k0, int k1, int64_t s_new, const uint32_t (&kf)[D / 64],
-            const uint32_t (&vf)[D / 64], uint32_t (&kr)[U][D / 64], uint32_t (&vr)[U][D / 64],
+            int warp, int k0, int k1, uint32_t (&kr)[U][D / 64], uint32_t (&vr)[U][D / 64],
             const float (&qf)[GM][D / 32], float (&m)[GM], float (&l)[GM], float (&acc)[GM][D / 32])
 {
     constexpr int EPL = D / 32, STEP = W * U;
     for (int j0 = k0 + warp * U; j0 < k1; j0 += STEP) {
         uint32_t kn[U][EPL / 2], vn[U][EPL / 2];
-        if (j0 + STEP < k1) {
-            unsigned fresh =
-                ld_kv<EPL, U, PRO>(a, bt, sbt, g, lane, j0 + STEP, k1, s_new, kn, vn);
-            if (PRO) take_fresh<EPL, U>(fresh, kn, vn, kf, vf);
-        }
+        if (j0 + STEP < k1) ld_kv<EPL, U>(a, bt, sbt, g, lane, j0 + STEP, k1, kn, vn);
 #pragma unroll
         for (int h = 0; h < GM; h++) {
             float sc[U];
@@ -297,113 +247,37 @@ static __device__ __forceinline__ void merge_splits(const struct tk_attn_args &a
     }
 }
 
-/* PRO: the token's (row t's) G q heads of kv head g and its k head, read
- * raw from qkv, get the head norm (pr.q_norm / k_norm) and rope at pos with
- * qk_rope_store's arithmetic (cuda_rope.cuh) and roundings: qf = each q
- * value as qk_rope_store would store it, times qscale (this lane's dims);
- * kf, vf = this lane's words of the k row it would store and of the v row.
- * Every thread of the block takes part (two __syncthreads). */
-template <int D, int GM>
-static __device__ __forceinline__ void pro_prep(const struct tk_attn_args &a,
-                                                const struct tk_qkr_args &pr, int g, int64_t t,
-                                                int pos, float qscale, float (&qf)[GM][D / 32],
-                                                uint32_t (&kf)[D / 64], uint32_t (&vf)[D / 64])
-{
-    constexpr int EPL = D / 32;
-    __shared__ float s_x[GM + 1][D]; /* q heads 0..G-1, then the k head */
-    __shared__ float s_c[D / 2], s_s[D / 2];
-    int G = a.n_heads / a.n_kv_heads, half = pr.rotary_dim / 2;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const bf16 *row = (const bf16 *)a.q + t * a.q_stride;
-    for (int i = threadIdx.x * 8; i < (G + 1) * D; i += blockDim.x * 8) {
-        int h = i / D, d = i % D;
-        int64_t col = (int64_t)(h < G ? g * G + h : a.n_heads + g) * D + d;
-        uint32_t w[4];
-        ld_raw<8>(row + col, w);
-#pragma unroll
-        for (int e = 0; e < 8; e++) s_x[h][d + e] = raw_f(w, e);
-    }
-    ld_raw<EPL>(row + (int64_t)(a.n_heads + a.n_kv_heads + g) * D + lane * EPL, vf);
-    if ((int)threadIdx.x < half)
-        tk_rope_cs((float)pos, pr.inv_freq[threadIdx.x], pr.mscale, s_c[threadIdx.x],
-                   s_s[threadIdx.x]);
-    __syncthreads();
-    /* one warp per head, as qk_rope_store */
-    for (int h = warp; h <= G; h += (int)(blockDim.x >> 5)) {
-        float *x = s_x[h];
-        if (pr.q_norm) {
-            const void *w = h < G ? pr.q_norm : pr.k_norm;
-            float inv = tk_head_inv_rms(x, D, pr.eps, lane);
-            for (int i = lane; i < D; i += 32)
-                x[i] = tk_head_norm_val<bf16>(x[i], inv, tk_ld(w, pr.wdt, i));
-        }
-        __syncwarp();
-        for (int i = lane; i < half; i += 32) {
-            int i1 = pr.interleaved ? 2 * i : i, i2 = pr.interleaved ? 2 * i + 1 : i + half;
-            tk_rope_pair<bf16>(x[i1], x[i2], s_c[i], s_s[i]);
-        }
-    }
-    __syncthreads();
-#pragma unroll
-    for (int h = 0; h < GM; h++) {
-        const float *x = s_x[h < G ? h : 0] + lane * EPL;
-#pragma unroll
-        for (int e = 0; e < EPL; e++) qf[h][e] = tk_f(__float2bfloat16(x[e])) * qscale;
-    }
-    const float *x = s_x[G] + lane * EPL;
-#pragma unroll
-    for (int w = 0; w < EPL / 2; w++) {
-        __nv_bfloat162 p = __floats2bfloat162_rn(x[2 * w], x[2 * w + 1]);
-        kf[w] = *(uint32_t *)&p;
-    }
-}
-
 /* A block's query heads (qf, times qscale) and its warp's first K/V rows
  * (kr, vr), loaded for the usual query position L - 1 while the position
  * itself loads; any other position reloads them. [k0, k1): the block's
- * positions for the query. PRO: the prologue (pro_prep; kf, vf the token's
- * rows) and split 0's store of the new K/V rows. */
-template <int D, int GM, int U, bool PRO>
+ * positions for the query. */
+template <int D, int GM, int U>
 static __device__ __forceinline__ void
-dec_start(const struct tk_attn_args &a, const struct tk_qkr_args &pr, const int32_t *bt, int g,
-          int sp, int len, int qs, int L, int64_t s_new, int &k0, int &k1,
-          float (&qf)[GM][D / 32], uint32_t (&kf)[D / 64], uint32_t (&vf)[D / 64],
-          uint32_t (&kr)[U][D / 64], uint32_t (&vr)[U][D / 64], const int *sbt)
+dec_start(const struct tk_attn_args &a, const int32_t *bt, int g, int sp, int len, int qs, int L,
+          int &k0, int &k1, float (&qf)[GM][D / 32], uint32_t (&kr)[U][D / 64],
+          uint32_t (&vr)[U][D / 64], const int *sbt)
 {
     constexpr int EPL = D / 32;
     int G = a.n_heads / a.n_kv_heads;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, win = a.sliding_window;
     k0 = max(win > 0 ? max(0, L - win) : 0, sp * len), k1 = min(L, (sp + 1) * len);
-    unsigned fresh = 0;
-    if (k0 + warp * U < k1)
-        fresh = ld_kv<EPL, U, PRO>(a, bt, sbt, g, lane, k0 + warp * U, k1, s_new, kr, vr);
+    if (k0 + warp * U < k1) ld_kv<EPL, U>(a, bt, sbt, g, lane, k0 + warp * U, k1, kr, vr);
     int pos = a.positions[qs];
     float qscale = a.softcap > 0.0f ? a.scale : a.scale * LOG2E;
-    if (PRO) pro_prep<D, GM>(a, pr, g, qs, pos, qscale, qf, kf, vf);
     if (pos != L - 1) {
         int lo = win > 0 ? max(0, pos - win + 1) : 0;
         k0 = max(lo, sp * len), k1 = min(min(pos + 1, L), (sp + 1) * len);
-        if (k0 + warp * U < k1)
-            fresh = ld_kv<EPL, U, PRO>(a, bt, sbt, g, lane, k0 + warp * U, k1, s_new, kr, vr);
+        if (k0 + warp * U < k1) ld_kv<EPL, U>(a, bt, sbt, g, lane, k0 + warp * U, k1, kr, vr);
     }
-    if (PRO) {
-        take_fresh<EPL, U>(fresh, kr, vr, kf, vf);
-        if (sp == 0 && warp == 0 && s_new >= 0) {
-            int64_t off = (s_new * a.n_kv_heads + g) * D + lane * EPL;
-            st_raw<EPL>((bf16 *)pr.k_cache + off, kf);
-            st_raw<EPL>((bf16 *)pr.v_cache + off, vf);
-        }
-    } else {
 #pragma unroll
-        for (int h = 0; h < GM; h++) {
-            int hh = h < G ? h : 0;
-            const bf16 *qp = (const bf16 *)a.q + (int64_t)qs * a.q_stride +
-                             (int64_t)(g * G + hh) * D + lane * EPL;
-            uint32_t w[EPL / 2];
-            ld_raw<EPL>(qp, w);
+    for (int h = 0; h < GM; h++) {
+        int hh = h < G ? h : 0;
+        const bf16 *qp = (const bf16 *)a.q + (int64_t)qs * a.q_stride + (int64_t)(g * G + hh) * D +
+                         lane * EPL;
+        uint32_t w[EPL / 2];
+        ld_raw<EPL>(qp, w);
 #pragma unroll
-            for (int e = 0; e < EPL; e++) qf[h][e] = raw_f(w, e) * qscale;
-        }
+        for (int e = 0; e < EPL; e++) qf[h][e] = raw_f(w, e) * qscale;
     }
 }
 
@@ -420,11 +294,11 @@ template <int D, int GM> struct dec_cfg {
  * Otherwise the partial (m, l, unnormalised acc) per head goes to this
  * block's shared memory (CL: s_acc[0], s_pm, s_pl, read by the cluster) or
  * to the workspace. */
-template <int D, int GM, int W, bool PRO, bool CL>
+template <int D, int GM, int W, bool CL>
 static __device__ __forceinline__ void
-dec_split(const struct tk_attn_args &a, const struct tk_qkr_args &pr, int n_splits, float *ws,
-          const int32_t *bt, int s, int g, int sp, int qs, int L, int len, int n_live,
-          int64_t s_new, const int *sbt, float (*s_acc)[GM][D], float *s_pm, float *s_pl)
+dec_split(const struct tk_attn_args &a, int n_splits, float *ws, const int32_t *bt, int s, int g,
+          int sp, int qs, int L, int len, int n_live, const int *sbt, float (*s_acc)[GM][D],
+          float *s_pm, float *s_pl)
 {
     constexpr int EPL = D / 32, U = dec_cfg<D, GM>::U;
     __shared__ float s_m[W][GM], s_l[W][GM];
@@ -432,10 +306,9 @@ dec_split(const struct tk_attn_args &a, const struct tk_qkr_args &pr, int n_spli
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int k0, k1;
     float qf[GM][EPL];
-    uint32_t kr[U][EPL / 2], vr[U][EPL / 2], kf[EPL / 2], vf[EPL / 2];
+    uint32_t kr[U][EPL / 2], vr[U][EPL / 2];
     __syncthreads(); /* sbt is written */
-    dec_start<D, GM, U, PRO>(a, pr, bt, g, sp, len, qs, L, s_new, k0, k1, qf, kf, vf, kr, vr, sbt);
-    if (sp >= n_live) return; /* PRO, a sequence of no positions */
+    dec_start<D, GM, U>(a, bt, g, sp, len, qs, L, k0, k1, qf, kr, vr, sbt);
     float m[GM], l[GM], acc[GM][EPL];
 #pragma unroll
     for (int h = 0; h < GM; h++) {
@@ -444,8 +317,7 @@ dec_split(const struct tk_attn_args &a, const struct tk_qkr_args &pr, int n_spli
 #pragma unroll
         for (int e = 0; e < EPL; e++) acc[h][e] = 0.0f;
     }
-    warp_attend<D, GM, U, W, PRO>(a, bt, sbt, g, lane, warp, k0, k1, s_new, kf, vf, kr, vr, qf, m,
-                                  l, acc);
+    warp_attend<D, GM, U, W>(a, bt, sbt, g, lane, warp, k0, k1, kr, vr, qf, m, l, acc);
     /* Merge the warps' states in warp order. */
 #pragma unroll
     for (int h = 0; h < GM; h++) {
@@ -500,10 +372,9 @@ dec_split(const struct tk_attn_args &a, const struct tk_qkr_args &pr, int n_spli
  * 2026-11-30). */
 #define DEC_CLUSTER_MAX 16
 
-template <int D, int GM, int W, bool PRO, bool CL>
+template <int D, int GM, int W, bool CL>
 static __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1)
-    k_attn_decode(struct tk_attn_args a, struct tk_qkr_args pr, struct dec_rule rule, int n_splits,
-                  float *ws)
+    k_attn_decode(struct tk_attn_args a, struct dec_rule rule, int n_splits, float *ws)
 {
     __shared__ __align__(16) float s_acc[W][GM][D];
     __shared__ float s_pm[GM], s_pl[GM];
@@ -519,15 +390,9 @@ static __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1)
     if (qe - qs != 1) return; /* the same for the whole cluster */
     int len = split_len_of(L, rule, n_splits);
     int n_live = (int)tk_cdiv(L, len);
-    int64_t s_new = -1;
-    if (PRO) {
-        int64_t slot = pr.slots[qs];
-        s_new = slot >= 0 && slot < pr.n_slots ? slot : -1;
-    }
-    /* the merge reads only live splits; PRO: split 0 stores the new rows */
-    if (sp < n_live || (PRO && sp == 0))
-        dec_split<D, GM, W, PRO, CL>(a, pr, n_splits, ws, bt, s, g, sp, qs, L, len, n_live,
-                                     s_new, s_bt, s_acc, s_pm, s_pl);
+    if (sp < n_live) /* the merge reads only live splits */
+        dec_split<D, GM, W, CL>(a, n_splits, ws, bt, s, g, sp, qs, L, len, n_live, s_bt, s_acc,
+                                s_pm, s_pl);
     if (n_live <= 1) return; /* the same for the whole cluster */
     int G = a.n_heads / a.n_kv_heads;
     int64_t orow = (int64_t)qs * a.out_stride + (int64_t)g * G * D;
@@ -571,8 +436,8 @@ extern "C" size_t tk_attn_decode_ws_bytes(const struct tk_attn_args *a, int n_sp
     return (size_t)(dec_acc_off(shn) + shn * a->head_dim) * sizeof(float);
 }
 
-/* kernel<<<grid, block, 0, st>>>(args...) as tk_launch does it (PDL when
- * enabled), in clusters of cl blocks along x when cl > 1. */
+/* kernel<<<grid, block, 0, st>>>(args...) as tk_launch does it (PDL), in
+ * clusters of cl blocks along x when cl > 1. */
 template <typename... KArgs, typename... Args>
 static cudaError_t dec_launch_ex(void (*kernel)(KArgs...), dim3 grid, int threads, int cl,
                                  cudaStream_t st, Args &&...args)
@@ -583,10 +448,8 @@ static cudaError_t dec_launch_ex(void (*kernel)(KArgs...), dim3 grid, int thread
     cfg.stream = st;
     cudaLaunchAttribute attr[2];
     int n = 0;
-    if (tk_pdl_enabled()) {
-        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[n++].val.programmaticStreamSerializationAllowed = 1;
-    }
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
     if (cl > 1) {
         if (cl > 8) { /* non-portable cluster sizes must be allowed per kernel */
             cudaError_t e =
@@ -603,63 +466,49 @@ static cudaError_t dec_launch_ex(void (*kernel)(KArgs...), dim3 grid, int thread
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
-/* W warps per block; one cluster per (kv head, sequence) where
- * 1 < n_splits <= cl_max. */
-template <int D, int GM, int W, bool PRO>
-static cudaError_t decode_launch_p(cudaStream_t st, const struct tk_attn_args *a,
-                                   const struct tk_qkr_args &pr, struct dec_rule rule,
-                                   int n_splits, int cl_max, float *ws)
-{
-    dim3 grid((unsigned)n_splits, (unsigned)a->n_kv_heads, (unsigned)a->n_seqs);
-    if (n_splits > 1 && n_splits <= cl_max && n_splits <= DEC_CLUSTER_MAX)
-        return dec_launch_ex(k_attn_decode<D, GM, W, PRO, true>, grid, W * 32, n_splits, st, *a,
-                             pr, rule, n_splits, ws);
-    return dec_launch_ex(k_attn_decode<D, GM, W, PRO, false>, grid, W * 32, 1, st, *a, pr, rule,
-                         n_splits, ws);
-}
-
+/* One cluster per (kv head, sequence) where 1 < n_splits <= its size
+ * limit (DEC_CLUSTER_MAX, and 1 where a split is longer than one step of
+ * the block). */
 template <int D, int GM>
 static cudaError_t decode_launch(cudaStream_t st, const struct tk_attn_args *a,
-                                 const struct tk_qkr_args *pro, struct dec_rule rule, int n_splits,
-                                 float *ws)
+                                 struct dec_rule rule, int n_splits, float *ws)
 {
     constexpr int W = dec_cfg<D, GM>::W, STEP = W * dec_cfg<D, GM>::U;
     int64_t L = a->max_seq_len > 0 ? a->max_seq_len : 1;
     int cl_max = tk_cdiv(L, n_splits) <= STEP ? DEC_CLUSTER_MAX : 1;
-    if (pro) return decode_launch_p<D, GM, W, true>(st, a, *pro, rule, n_splits, cl_max, ws);
-    struct tk_qkr_args none = {};
-    return decode_launch_p<D, GM, W, false>(st, a, none, rule, n_splits, cl_max, ws);
+    dim3 grid((unsigned)n_splits, (unsigned)a->n_kv_heads, (unsigned)a->n_seqs);
+    if (n_splits > 1 && n_splits <= cl_max && n_splits <= DEC_CLUSTER_MAX)
+        return dec_launch_ex(k_attn_decode<D, GM, W, true>, grid, W * 32, n_splits, st, *a, rule,
+                             n_splits, ws);
+    return dec_launch_ex(k_attn_decode<D, GM, W, false>, grid, W * 32, 1, st, *a, rule, n_splits,
+                         ws);
 }
 
 template <int D>
-static cudaError_t decode_d(cudaStream_t st, const struct tk_attn_args *a,
-                            const struct tk_qkr_args *pro, struct dec_rule rule, int n_splits,
-                            float *ws)
+static cudaError_t decode_d(cudaStream_t st, const struct tk_attn_args *a, struct dec_rule rule,
+                            int n_splits, float *ws)
 {
     int G = a->n_heads / a->n_kv_heads;
-    if (G <= 1) return decode_launch<D, 1>(st, a, pro, rule, n_splits, ws);
-    if (G <= 2) return decode_launch<D, 2>(st, a, pro, rule, n_splits, ws);
-    if (G <= 4) return decode_launch<D, 4>(st, a, pro, rule, n_splits, ws);
-    if (G <= 8) return decode_launch<D, 8>(st, a, pro, rule, n_splits, ws);
-    if (D <= 128 && G <= 16)
-        return decode_launch<D, D <= 128 ? 16 : 8>(st, a, pro, rule, n_splits, ws);
+    if (G <= 1) return decode_launch<D, 1>(st, a, rule, n_splits, ws);
+    if (G <= 2) return decode_launch<D, 2>(st, a, rule, n_splits, ws);
+    if (G <= 4) return decode_launch<D, 4>(st, a, rule, n_splits, ws);
+    if (G <= 8) return decode_launch<D, 8>(st, a, rule, n_splits, ws);
+    if (D <= 128 && G <= 16) return decode_launch<D, D <= 128 ? 16 : 8>(st, a, rule, n_splits, ws);
     return cudaErrorInvalidValue;
 }
 
-extern "C" cudaError_t tk_attn_decode(cudaStream_t st, const struct tk_attn_args *a,
-                                      const struct tk_qkr_args *pro, int min_len, int max_len,
-                                      int n_target, int n_splits, float *ws)
+extern "C" cudaError_t tk_attn_decode(cudaStream_t st, const struct tk_attn_args *a, int min_len,
+                                      int max_len, int n_target, int n_splits, float *ws)
 {
     if (a->n_seqs <= 0 || n_splits <= 0) return cudaSuccess;
     if (min_len < 1 || max_len < 1 || n_target < 1 ||
-        (int64_t)a->n_seqs * a->n_kv_heads > DEC_CNT ||
-        (pro && (pro->rotary_dim < 2 || pro->rotary_dim % 2 || pro->rotary_dim > a->head_dim)))
+        (int64_t)a->n_seqs * a->n_kv_heads > DEC_CNT)
         return cudaErrorInvalidValue;
     struct dec_rule rule = {min_len, max_len, n_target};
     switch (a->head_dim) {
-    case 64: return decode_d<64>(st, a, pro, rule, n_splits, ws);
-    case 128: return decode_d<128>(st, a, pro, rule, n_splits, ws);
-    case 256: return decode_d<256>(st, a, pro, rule, n_splits, ws);
+    case 64: return decode_d<64>(st, a, rule, n_splits, ws);
+    case 128: return decode_d<128>(st, a, rule, n_splits, ws);
+    case 256: return decode_d<256>(st, a, rule, n_splits, ws);
     default: return cudaErrorInvalidValue;
     }
 }

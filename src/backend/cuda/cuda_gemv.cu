@@ -21,10 +21,6 @@
  * instead: every block recomputed all ff products before streaming, which
  * cost more than the launch it saved: 192.6 vs 198.0 tok/s on the 8B.)
  *
- * The EPI variant (tk_gemv_epi) adds its outputs into the F32 residual
- * and has the grid's last block normalise the rows (tk_epi, cuda_common.cuh):
- * matmul_add_rmsnorm, bitwise the GEMV into proj then k_add_rmsnorm.
- *
  * Anything else (F32 / F16 operands, odd sizes) takes k_gemv_generic: one
  * warp per (row, token), exact, slow, for tiny test models.
  * Depends on cuda_common.cuh.
@@ -70,19 +66,16 @@ static __device__ __forceinline__ void ld_step(uint4 (&wv)[U][GEMV_R],
  * silu(gate) * up (BF16) to column i of y; bias, if any, is [2 out].
  * PDL (cuda_common.cuh): the first weight loads are issued before the wait,
  * so weight streaming overlaps the previous kernel's tail. */
-template <int NT, bool GLU, int U, bool EPI>
+template <int NT, bool GLU, int U>
 static __global__ void __launch_bounds__(GEMV_WARPS * 32)
     k_gemv_bf16(const uint4 *x, int64_t xs, const uint4 *w, const void *bias, int bdt, void *y,
-                int ydt, int64_t ys, int64_t n_chunks, int64_t out, tk_epi epi)
+                int ydt, int64_t ys, int64_t n_chunks, int64_t out)
 {
     static_assert(!GLU || GEMV_R == 2, "GLU: one gate and one up row per warp");
-    static_assert(!(GLU && EPI), "one epilogue at a time");
     int lane = threadIdx.x & 31;
     int64_t warp_id = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
     int64_t row0 = GLU ? warp_id : warp_id * GEMV_R;
-    /* With EPI every warp reaches tk_epi_finish: one without rows reads row
-     * out - 1 (clamped below) and stores nothing. */
-    if (!EPI && row0 >= out) return;
+    if (row0 >= out) return;
     const uint4 *wr[GEMV_R];
 #pragma unroll
     for (int r = 0; r < GEMV_R; r++) {
@@ -101,9 +94,6 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
     if (full) ld_step(wv, wr, c); /* weights only: safe before the wait */
     tk_pdl_wait();
     tk_pdl_launch();
-    float res_old = 0.0f; /* EPI: the residual this lane adds to, loaded early */
-    if (EPI && lane < GEMV_R * NT && row0 + lane / NT < out)
-        res_old = tk_epi_load(epi, lane % NT, row0 + lane / NT);
     while (full) {
 #pragma unroll
         for (int u = 0; u < U; u++)
@@ -154,11 +144,9 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
                 if (lane == r * NT + t && row0 + r < out) {
                     float v = acc[r][t];
                     if (bias) v += tk_ld(bias, bdt, row0 + r);
-                    if (EPI) tk_epi_store(epi, t, row0 + r, v, res_old);
-                    else tk_st(y, ydt, t * ys + row0 + r, v);
+                    tk_st(y, ydt, t * ys + row0 + r, v);
                 }
     }
-    if (EPI) tk_epi_finish<GEMV_WARPS * 32>(epi, NT);
 }
 
 static __global__ void k_gemv_generic(const void *x, int xdt, int64_t xs, const void *w, int wdt,
@@ -187,39 +175,23 @@ extern "C" int tk_gemv_fast(const void *x, int xdt, int64_t x_stride, const void
            ((uintptr_t)x | (uintptr_t)w) % 16 == 0;
 }
 
-/* Chunks per row in flight at one token: GEMV_U1 by default, GEMV_U with
- * TERN_GEMV_U=4 (for comparison). A lane's chunks are summed in the same
- * order either way, so results do not change. */
-static bool gemv_u1_default(void)
-{
-    static const bool on = [] {
-        const char *e = getenv("TERN_GEMV_U");
-        return !(e && strcmp(e, "4") == 0);
-    }();
-    return on;
-}
-
-template <int NT, bool GLU, bool EPI>
+/* Chunks per row in flight: GEMV_U1 at one token, GEMV_U at more. */
+template <int NT, bool GLU>
 static cudaError_t gemv_launch(cudaStream_t st, const bf16 *x, int64_t xs, const bf16 *w,
                                const void *bias, int bdt, void *y, int ydt, int64_t ys, int64_t in,
-                               int64_t out, const tk_epi &epi)
+                               int64_t out)
 {
     unsigned blocks = (unsigned)tk_cdiv(out, (GLU ? 1 : GEMV_R) * GEMV_WARPS);
-    if (NT == 1 && gemv_u1_default())
-        return tk_launch(k_gemv_bf16<NT, GLU, GEMV_U1, EPI>, blocks, GEMV_WARPS * 32, 0, st,
-                         (const uint4 *)x, xs / 8, (const uint4 *)w, bias, bdt, y, ydt, ys, in / 8,
-                         out, epi);
-    return tk_launch(k_gemv_bf16<NT, GLU, GEMV_U, EPI>, blocks, GEMV_WARPS * 32, 0, st,
-                     (const uint4 *)x, xs / 8, (const uint4 *)w, bias, bdt, y, ydt, ys, in / 8,
-                     out, epi);
+    return tk_launch(k_gemv_bf16<NT, GLU, NT == 1 ? GEMV_U1 : GEMV_U>, blocks, GEMV_WARPS * 32, 0,
+                     st, (const uint4 *)x, xs / 8, (const uint4 *)w, bias, bdt, y, ydt, ys, in / 8,
+                     out);
 }
 
 typedef cudaError_t (*gemv_fn)(cudaStream_t, const bf16 *, int64_t, const bf16 *, const void *,
-                               int, void *, int, int64_t, int64_t, int64_t, const tk_epi &);
-#define GEMV_FNS(GLU, EPI)                                                                         \
-    {gemv_launch<1, GLU, EPI>, gemv_launch<2, GLU, EPI>, gemv_launch<3, GLU, EPI>,                 \
-     gemv_launch<4, GLU, EPI>, gemv_launch<5, GLU, EPI>, gemv_launch<6, GLU, EPI>,                 \
-     gemv_launch<7, GLU, EPI>, gemv_launch<8, GLU, EPI>}
+                               int, void *, int, int64_t, int64_t, int64_t);
+#define GEMV_FNS(GLU)                                                                              \
+    {gemv_launch<1, GLU>, gemv_launch<2, GLU>, gemv_launch<3, GLU>, gemv_launch<4, GLU>,           \
+     gemv_launch<5, GLU>, gemv_launch<6, GLU>, gemv_launch<7, GLU>, gemv_launch<8, GLU>}
 
 extern "C" cudaError_t tk_gemv(cudaStream_t st, const void *x, int xdt, int64_t x_stride,
                                const void *w, int wdt, const void *bias, int bdt, void *y, int ydt,
@@ -231,15 +203,14 @@ extern "C" cudaError_t tk_gemv(cudaStream_t st, const void *x, int xdt, int64_t 
         return tk_launch(k_gemv_generic, (unsigned)tk_cdiv(warps, 8), 256, 0, st, x, xdt, x_stride,
                          w, wdt, bias, bdt, y, ydt, y_stride, n_tok, in, out);
     }
-    static const gemv_fn fns[8] = GEMV_FNS(false, false);
-    const tk_epi none = {};
+    static const gemv_fn fns[8] = GEMV_FNS(false);
     size_t ysz = ydt == TK_F32 ? 4 : 2;
     /* Eight tokens per launch; a token's sums do not depend on its group. */
     for (int64_t t0 = 0; t0 < n_tok; t0 += 8) {
         int64_t nt = n_tok - t0 < 8 ? n_tok - t0 : 8;
         cudaError_t e = fns[nt - 1](st, (const bf16 *)x + t0 * x_stride, x_stride, (const bf16 *)w,
                                     bias, bdt, (char *)y + (size_t)(t0 * y_stride) * ysz, ydt,
-                                    y_stride, in, out, none);
+                                    y_stride, in, out);
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;
@@ -249,36 +220,15 @@ extern "C" cudaError_t tk_gemv_glu(cudaStream_t st, const void *x, int64_t x_str
                                    const void *w, const void *bias, int bdt, void *act,
                                    int64_t act_stride, int64_t n_tok, int64_t in, int64_t ff)
 {
-    static const gemv_fn fns[8] = GEMV_FNS(true, false);
-    const tk_epi none = {};
+    static const gemv_fn fns[8] = GEMV_FNS(true);
     if (n_tok <= 0 || ff <= 0) return cudaSuccess;
     if (!tk_gemv_fast(x, TK_BF16, x_stride, w, TK_BF16, in)) return cudaErrorInvalidValue;
     for (int64_t t0 = 0; t0 < n_tok; t0 += 8) {
         int64_t nt = n_tok - t0 < 8 ? n_tok - t0 : 8;
         cudaError_t e = fns[nt - 1](st, (const bf16 *)x + t0 * x_stride, x_stride, (const bf16 *)w,
                                     bias, bdt, (bf16 *)act + t0 * act_stride, TK_BF16, act_stride,
-                                    in, ff, none);
+                                    in, ff);
         if (e != cudaSuccess) return e;
-    }
-    return cudaSuccess;
-}
-
-extern "C" cudaError_t tk_gemv_epi(cudaStream_t st, const void *x, int64_t x_stride, const void *w,
-                                   const void *bias, int bdt, const struct tk_epi *e,
-                                   int64_t n_tok, int64_t in, int64_t out)
-{
-    static const gemv_fn fns[8] = GEMV_FNS(false, true);
-    if (n_tok <= 0 || out <= 0) return cudaSuccess;
-    if (!tk_gemv_fast(x, TK_BF16, x_stride, w, TK_BF16, in) || e->dim != out)
-        return cudaErrorInvalidValue;
-    for (int64_t t0 = 0; t0 < n_tok; t0 += 8) {
-        int64_t nt = n_tok - t0 < 8 ? n_tok - t0 : 8;
-        tk_epi g = *e; /* this launch's rows */
-        g.res += t0 * e->res_stride;
-        g.h = (bf16 *)e->h + t0 * e->h_stride;
-        cudaError_t err = fns[nt - 1](st, (const bf16 *)x + t0 * x_stride, x_stride,
-                                      (const bf16 *)w, bias, bdt, NULL, TK_BF16, 0, in, out, g);
-        if (err != cudaSuccess) return err;
     }
     return cudaSuccess;
 }

@@ -8,7 +8,6 @@
  * struct tern_cuda: no global state. Device memory taken at creation:
  *   lt_ws    cuBLASLt workspace             TERN_CUDA_LT_WS_BYTES
  *   attn_ws  split-KV decode partials       TERN_CUDA_ATTN_WS_BYTES
- *   epi_count  the GEMV epilogue's block counter (one unsigned, kept at 0)
  * plus pinned host staging for weight uploads (TERN_CUDA_STAGES chunks) and
  * a ring of small pinned slots for per-step uploads (TERN_CUDA_UP_SLOTS).
  * Ops allocate nothing, never synchronise and copy no host data, so a decode
@@ -36,8 +35,6 @@
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
-#include <stdlib.h>
-#include <string.h>
 
 #define TERN_CUDA_LT_WS_BYTES ((size_t)32 << 20)
 #define TERN_CUDA_ATTN_WS_BYTES ((size_t)128 << 20)
@@ -66,7 +63,7 @@ struct tern_cuda_plan {
 
 struct tern_cuda {
     struct tern_backend base;
-    struct tern_backend_ops ops; /* base.ops: cuda.c's table, opt-in ops removed */
+    struct tern_backend_ops ops; /* base.ops: cuda.c's table (TERN_CUDA_STEP=0: no step op) */
     int device;
     int n_sm;
     cudaStream_t stream;      /* every op runs here */
@@ -82,12 +79,6 @@ struct tern_cuda {
     cudaEvent_t ev0, ev1; /* for algorithm timing */
     struct tern_cuda_plan plans[TERN_CUDA_MAX_PLANS];
     int n_plans, next_plan;
-    /* Quantized kernel versions (TERN_QUANT_KERNEL, see cuda_quant.c): the
-     * decode GEMV (0 = chosen per shape, 1-5 forced) and the dequantize
-     * that feeds cuBLASLt (1 or 2). */
-    int qgemv_version, qdequant_version;
-    /* The tk_epi counter (cuda_epi.h): 0 between GEMV launches. */
-    unsigned int *epi_count;
 };
 
 /* The device last made current on this thread by tern_cuda_of (-1: none). */
@@ -148,43 +139,16 @@ enum tern_status tern_cuda_step_run(struct tern_backend *be, struct tern_step_pl
                                     struct tern_dtensor *logits, struct tern_dtensor *ids,
                                     struct tern_dtensor *ids_at);
 void tern_cuda_step_free(struct tern_backend *be, struct tern_step_plan *p);
-/* Whether a fused op ("qkr": qk_rope_store, "qka": qk_rope_store_attention,
- * "mrs": matmul_rope_store,
- * "glu": matmul_glu, "arn": matmul_add_rmsnorm, "nmm": norm_matmul and the
- * add-only matmul_add_rmsnorm epilogue) uses its fused kernel, for
- * comparisons:
- * TERN_CUDA_FUSE_OPS unset = all, "0" = none (the ops issue the unfused
- * sequence), else only those it names. ("arn" with a norm, "nmm" and
- * "qka" are off unless named: cuda_matmul.c, cuda.c, cuda_attn.c.) */
-static inline bool tern_cuda_fuse_ops(const char *which)
-{
-    const char *e = getenv("TERN_CUDA_FUSE_OPS");
-    return !e || strstr(e, which) != NULL;
-}
-/* The opt-in fused ops ("arn" with a norm, "qka", "nmm"): only when
- * TERN_CUDA_FUSE_OPS names them. */
-static inline bool tern_cuda_fuse_named(const char *which)
-{
-    const char *e = getenv("TERN_CUDA_FUSE_OPS");
-    return e && strstr(e, which) != NULL;
-}
 /* Whether tk_qk_rope_store takes these operands (cuda_attn.c). */
 bool tern_cuda_qkr_fits(const struct tern_dtensor *qkv, const struct tern_dtensor *q_norm,
                         const struct tern_dtensor *k_norm, const struct tern_rope *rope,
                         const struct tern_attn_params *p, const struct tern_batch_dev *batch,
                         const struct tern_kv_layer *kv);
-enum tern_status tern_cuda_qk_rope_store(struct tern_backend *be, struct tern_dtensor *qkv,
-                                         const struct tern_dtensor *q_norm,
-                                         const struct tern_dtensor *k_norm, float eps,
-                                         const struct tern_rope *rope,
-                                         const struct tern_attn_params *p,
-                                         const struct tern_batch_dev *batch,
-                                         struct tern_kv_layer *kv);
-enum tern_status tern_cuda_qk_rope_store_attention(
-    struct tern_backend *be, struct tern_dtensor *qkv, const struct tern_dtensor *q_norm,
-    const struct tern_dtensor *k_norm, float eps, const struct tern_rope *rope,
-    const struct tern_attn_params *p, const struct tern_batch_dev *batch,
-    struct tern_kv_layer *kv, struct tern_dtensor *out);
+enum tern_status
+tern_cuda_qk_rope_store(struct tern_backend *be, struct tern_dtensor *qkv,
+                        const struct tern_dtensor *q_norm, const struct tern_dtensor *k_norm,
+                        float eps, const struct tern_rope *rope, const struct tern_attn_params *p,
+                        const struct tern_batch_dev *batch, struct tern_kv_layer *kv);
 enum tern_status tern_cuda_matmul_rope_store(struct tern_backend *be, const struct tern_dtensor *x,
                                              const struct tern_linear *w, struct tern_dtensor *qkv,
                                              const struct tern_rope *rope,
@@ -194,16 +158,5 @@ enum tern_status tern_cuda_matmul_rope_store(struct tern_backend *be, const stru
 enum tern_status tern_cuda_matmul_glu(struct tern_backend *be, const struct tern_dtensor *x,
                                       const struct tern_linear *w, struct tern_dtensor *gate_up,
                                       struct tern_dtensor *act);
-enum tern_status tern_cuda_norm_matmul(struct tern_backend *be, const struct tern_dtensor *x,
-                                       const struct tern_dtensor *norm_w, float eps,
-                                       const struct tern_linear *w, struct tern_dtensor *h,
-                                       struct tern_dtensor *gate_up, struct tern_dtensor *out);
-enum tern_status tern_cuda_matmul_add_rmsnorm(struct tern_backend *be,
-                                              const struct tern_dtensor *x,
-                                              const struct tern_linear *w,
-                                              struct tern_dtensor *residual,
-                                              struct tern_dtensor *proj,
-                                              const struct tern_dtensor *norm_w, float eps,
-                                              struct tern_dtensor *h);
 
 #endif /* TERN_BACKEND_CUDA_INTERNAL_H */

@@ -138,22 +138,6 @@ cudaError_t tk_attn_prefill(cudaStream_t st, const struct tk_attn_args *a);
 /* Bytes of workspace the decode kernel needs for `n_splits` KV splits
  * (its first bytes are counters that must be zero when the context starts). */
 size_t tk_attn_decode_ws_bytes(const struct tk_attn_args *a, int n_splits);
-/* The attention prologue tk_attn_decode can fold in (tk_qk_rope_store's
- * arguments): the q heads and the k head it reads come raw from the qkv
- * row, get the per-head RMSNorm (q_norm NULL: none) and rope at the token's
- * position in the block, and the token's k / v rows go to cache row
- * slots[t] (skipped outside [0, n_slots)). */
-struct tk_qkr_args {
-    const void *q_norm, *k_norm; /* [head_dim] of dtype wdt, or NULL */
-    int wdt;
-    float eps;
-    int rotary_dim, interleaved;
-    float mscale;
-    const float *inv_freq; /* [rotary_dim / 2] */
-    const int32_t *slots;  /* [T] */
-    int64_t n_slots;
-    void *k_cache, *v_cache; /* the attention's caches, written */
-};
 
 /* Sequences with exactly one query token: split-KV (flash-decoding), the
  * query heads of one KV group together, splits merged in index order by the
@@ -161,14 +145,9 @@ struct tk_qkr_args {
  * positions takes n = max(min(n_target, cdiv(L, min_len)), cdiv(L, max_len))
  * splits (at most n_splits, the blocks launched per sequence) of cdiv(L, n)
  * positions. head_dim 64, 128 or 256; n_heads / n_kv_heads <= 16;
- * n_seqs * n_kv_heads <= 65536. With pro non-NULL the kernel also does the
- * attention prologue (bitwise tk_qk_rope_store before it, except that qkv
- * is not written): every sequence must then have one query token, and no
- * token's new cache row may be one that another sequence of the batch
- * reads (cuda_attn_decode.cu). */
-cudaError_t tk_attn_decode(cudaStream_t st, const struct tk_attn_args *a,
-                           const struct tk_qkr_args *pro, int min_len, int max_len, int n_target,
-                           int n_splits, float *ws);
+ * n_seqs * n_kv_heads <= 65536. */
+cudaError_t tk_attn_decode(cudaStream_t st, const struct tk_attn_args *a, int min_len, int max_len,
+                           int n_target, int n_splits, float *ws);
 
 /* Any query count per sequence, any head_dim <= 256, any GQA ratio, no
  * alignment needs: one block per (token, head), exact online softmax

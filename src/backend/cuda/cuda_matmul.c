@@ -24,7 +24,6 @@
  * The bias rides in the epilogue when its dtype matches y's.
  * Depends on cuda_internal.h.
  */
-#include "backend/cuda/cuda_epi.h"
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_quant.h"
 
@@ -292,14 +291,13 @@ enum tern_status tern_cuda_matmul_glu(struct tern_backend *be, const struct tern
     if (T == 0) return TERN_OK;
     int64_t as = (int64_t)tern_dtensor_numel(act) / T;
     const void *xp = tern_cuda_ptr(x), *wp = tern_cuda_ptr(&w->weight);
-    bool fused = tern_cuda_fuse_ops("glu") && !w->bits && !be->deterministic &&
-                 T <= TERN_CUDA_GEMV_MAX_T && w->out_features % 2 == 0 &&
-                 act->dtype == TERN_DTYPE_BF16 && gate_up->dtype == TERN_DTYPE_BF16 &&
-                 act->shape[0] == T && as == ff &&
+    bool fused = !w->bits && !be->deterministic && T <= TERN_CUDA_GEMV_MAX_T &&
+                 w->out_features % 2 == 0 && act->dtype == TERN_DTYPE_BF16 &&
+                 gate_up->dtype == TERN_DTYPE_BF16 && act->shape[0] == T && as == ff &&
                  tk_gemv_fast(xp, (int)x->dtype, in, wp, (int)w->weight.dtype, in);
-    if (w->bits && tern_cuda_fuse_ops("glu") && act->dtype == TERN_DTYPE_BF16 &&
-        gate_up->dtype == TERN_DTYPE_BF16 && act->shape[0] == T && as == ff) {
-        /* quantized: the GLU variant of the GEMV matmul would take (v3 / v6), bitwise */
+    if (w->bits && act->dtype == TERN_DTYPE_BF16 && gate_up->dtype == TERN_DTYPE_BF16 &&
+        act->shape[0] == T && as == ff) {
+        /* quantized: the GLU variant of the tensor-core GEMV where matmul would take it, bitwise */
         bool done = false;
         TERN_TRY(tern_cuda_matmul_glu_quant(c, x, w, tern_cuda_ptr(act), as, &done));
         if (done) return TERN_OK;
@@ -319,9 +317,9 @@ enum tern_status tern_cuda_matmul_glu(struct tern_backend *be, const struct tern
 }
 
 /* The 4-bit fused qkv GEMV with the rotation and cache stores in its
- * epilogue where it applies (TERN_CUDA_FUSE_OPS naming "mrs", or unset;
- * never in deterministic mode); otherwise matmul, then qk_rope_store: the
- * same bits either way (test_quant_cuda test_rope_store). */
+ * epilogue where it applies (never in deterministic mode); otherwise
+ * matmul, then qk_rope_store: the same bits either way (test_quant_cuda
+ * test_rope_store). */
 enum tern_status tern_cuda_matmul_rope_store(struct tern_backend *be, const struct tern_dtensor *x,
                                              const struct tern_linear *w, struct tern_dtensor *qkv,
                                              const struct tern_rope *rope,
@@ -331,7 +329,7 @@ enum tern_status tern_cuda_matmul_rope_store(struct tern_backend *be, const stru
 {
     TERN_TRY(check_operands(x, w, qkv, 0));
     if (x->shape[0] == 0) return TERN_OK;
-    if (w->bits && tern_cuda_fuse_ops("mrs") && !be->deterministic) {
+    if (w->bits && !be->deterministic) {
         bool done = false;
         TERN_TRY(tern_cuda_matmul_rope_quant(tern_cuda_of(be), x, w, qkv, rope, p, batch, kv,
                                              &done));
@@ -339,86 +337,6 @@ enum tern_status tern_cuda_matmul_rope_store(struct tern_backend *be, const stru
     }
     TERN_TRY(tern_cuda_matmul(be, x, w, qkv, 0));
     return be->ops->qk_rope_store(be, qkv, NULL, NULL, 0.0f, rope, p, batch, kv);
-}
-
-/* Whether matmul_add_rmsnorm takes the GEMV epilogue (tk_epi): default
- * mode, BF16 x, an F32 residual, BF16 proj and h, all whole contiguous
- * [T, out] rows (the weight's own kernel decides the rest). The add alone
- * (norm_w NULL: the forward's producer GEMVs when the consumer normalises,
- * norm_matmul) when TERN_CUDA_FUSE_OPS names "nmm" (as norm_matmul itself:
- * cuda.c); with the norm only
- * when TERN_CUDA_FUSE_OPS names "arn": off by default, because on the H200 the
- * last block's norm added ~7.5 us to each 8B o/down GEMV, more than the
- * add_rmsnorm it replaces costs under graphs + PDL (219.9 vs 242.5 tok/s at
- * batch 1, 651 vs 737 tok/s at 4 concurrent; docs/perf/cuda-model.md run 14). */
-static bool arn_operands_ok(struct tern_backend *be, const struct tern_dtensor *x,
-                            const struct tern_linear *w, const struct tern_dtensor *res,
-                            const struct tern_dtensor *proj, const struct tern_dtensor *norm_w,
-                            const struct tern_dtensor *h)
-{
-    int64_t T = x->shape[0], out = w->out_features;
-    bool rows = (int64_t)tern_dtensor_numel(res) == T * out &&
-                (int64_t)tern_dtensor_numel(proj) == T * out &&
-                (!norm_w || ((int64_t)tern_dtensor_numel(h) == T * out &&
-                             (int64_t)tern_dtensor_numel(norm_w) == out &&
-                             h->dtype == TERN_DTYPE_BF16 &&
-                             (norm_w->dtype == TERN_DTYPE_F32 || norm_w->dtype == TERN_DTYPE_F16 ||
-                              norm_w->dtype == TERN_DTYPE_BF16)));
-    return tern_cuda_fuse_named(norm_w ? "arn" : "nmm") && !be->deterministic && rows &&
-           res->dtype == TERN_DTYPE_F32 && proj->dtype == TERN_DTYPE_BF16 &&
-           x->dtype == TERN_DTYPE_BF16;
-}
-
-/* A dense BF16 weight: where the plain path takes the fast GEMV. */
-static bool arn_dense_ok(const struct tern_dtensor *x, const struct tern_linear *w)
-{
-    return !w->bits && x->shape[0] <= TERN_CUDA_GEMV_MAX_T &&
-           w->weight.dtype == TERN_DTYPE_BF16 &&
-           tk_gemv_fast(tern_cuda_ptr(x), (int)x->dtype, w->in_features,
-                        tern_cuda_ptr(&w->weight), (int)w->weight.dtype, w->in_features);
-}
-
-/* The GEMV with the residual + RMSNorm epilogue (tk_gemv_epi, or the
- * quantized tensor-core GEMV's tk_qgemv_mma_epi) where the plain path would
- * take that GEMV; else matmul into proj, then add_rmsnorm (or add when
- * norm_w is NULL). Both give the same bits, so the choice, which depends on
- * T, does not make a row depend on the batch. */
-enum tern_status tern_cuda_matmul_add_rmsnorm(struct tern_backend *be,
-                                              const struct tern_dtensor *x,
-                                              const struct tern_linear *w,
-                                              struct tern_dtensor *residual,
-                                              struct tern_dtensor *proj,
-                                              const struct tern_dtensor *norm_w, float eps,
-                                              struct tern_dtensor *h)
-{
-    struct tern_cuda *c = tern_cuda_of(be);
-    TERN_TRY(check_operands(x, w, proj, 0));
-    int64_t T = x->shape[0], in = w->in_features, out = w->out_features;
-    if (T == 0) return TERN_OK;
-    bool ok = arn_operands_ok(be, x, w, residual, proj, norm_w, h);
-    struct tk_epi e = {.res = tern_cuda_ptr(residual), .res_stride = out,
-                       .norm_w = norm_w ? tern_cuda_ptr(norm_w) : NULL,
-                       .wdt = norm_w ? (int)norm_w->dtype : 0, .eps = eps,
-                       .h = norm_w ? tern_cuda_ptr(h) : NULL, .h_stride = out, .dim = out,
-                       .count = c->epi_count};
-    if (ok && w->bits) {
-        bool done = false;
-        TERN_TRY(tern_cuda_matmul_epi_quant(c, x, w, &e, &done));
-        if (done) return TERN_OK;
-    }
-    if (!ok || !arn_dense_ok(x, w)) {
-        TERN_TRY(tern_cuda_matmul(be, x, w, proj, 0));
-        if (!norm_w) return be->ops->add(be, residual, proj, residual);
-        return be->ops->add_rmsnorm(be, residual, proj, norm_w, eps, h);
-    }
-    const void *bias = w->bias.buf ? tern_cuda_ptr(&w->bias) : NULL;
-    cudaError_t err = tk_gemv_epi(c->stream, tern_cuda_ptr(x), in, tern_cuda_ptr(&w->weight), bias,
-                                  bias ? (int)w->bias.dtype : 0, &e, T, in, out);
-    if (err != cudaSuccess) {
-        (void)cudaGetLastError();
-        return tern_cuda_fail("tk_gemv_epi", (int)err, __FILE__, __LINE__);
-    }
-    return TERN_OK;
 }
 
 enum tern_status tern_cuda_lt_bf16(struct tern_cuda *c, const void *x, int64_t xs, const void *w,
@@ -434,37 +352,4 @@ enum tern_status tern_cuda_lt_bf16(struct tern_cuda *c, const void *x, int64_t x
         if (e != cudaSuccess) return tern_cuda_fail("tk_bias_add", (int)e, __FILE__, __LINE__);
     }
     return TERN_OK;
-}
-
-/* The norm in the 4-bit tensor-core GEMV's prologue where it applies
- * (default mode, F32 x rows, whole contiguous rows; the op exists only when
- * TERN_CUDA_FUSE_OPS names "nmm": cuda.c), else rmsnorm into h, then
- * matmul / matmul_glu: the
- * same bits either way (cuda_quant.c), so the choice, which depends on T,
- * does not make a row depend on the batch. */
-enum tern_status tern_cuda_norm_matmul(struct tern_backend *be, const struct tern_dtensor *x,
-                                       const struct tern_dtensor *norm_w, float eps,
-                                       const struct tern_linear *w, struct tern_dtensor *h,
-                                       struct tern_dtensor *gate_up, struct tern_dtensor *out)
-{
-    struct tern_cuda *c = tern_cuda_of(be);
-    bool glu = gate_up != NULL;
-    int64_t T = x->shape[0], in = w->in_features, n_out = glu ? w->out_features / 2 : w->out_features;
-    bool ok = w->bits && !be->deterministic && T > 0 &&
-              x->dtype == TERN_DTYPE_F32 && (int64_t)tern_dtensor_numel(x) == T * in &&
-              (int64_t)tern_dtensor_numel(norm_w) == in &&
-              (norm_w->dtype == TERN_DTYPE_F32 || norm_w->dtype == TERN_DTYPE_F16 ||
-               norm_w->dtype == TERN_DTYPE_BF16) &&
-              h->dtype == TERN_DTYPE_BF16 && (int64_t)tern_dtensor_numel(h) == T * in &&
-              (int64_t)tern_dtensor_numel(out) == T * n_out &&
-              (glu ? out->dtype == TERN_DTYPE_BF16 : out->dtype == TERN_DTYPE_BF16 || out->dtype == TERN_DTYPE_F32);
-    if (ok) {
-        bool done = false;
-        TERN_TRY(tern_cuda_norm_matmul_quant(c, x, norm_w, eps, w, h, glu, tern_cuda_ptr(out),
-                                             (int)out->dtype, n_out, &done));
-        if (done) return TERN_OK;
-    }
-    TERN_TRY(be->ops->rmsnorm(be, x, norm_w, eps, h));
-    if (glu) return be->ops->matmul_glu(be, h, w, gate_up, out);
-    return be->ops->matmul(be, h, w, out, 0);
 }

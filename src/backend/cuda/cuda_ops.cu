@@ -2,12 +2,12 @@
  * cuda_ops.cu — the row and elementwise kernels: embedding gather, RMSNorm
  * (plain, fused residual add, per head), rotary embedding, KV store, SiLU
  * gate, add, argmax, bias add, and the fused attention prologue (q/k head
- * norm + rope + KV store; its per-head arithmetic is cuda_rope.cuh's, which
- * the decode attention shares). Every kernel is launched with tk_launch
- * (PDL: it waits for the previous kernel before touching anything). Kernels
- * that touch activations are templated on the activation type (float or
- * bf16) and accumulate in float; every reduction has a fixed order,
- * independent of the number of rows, so these ops are batch-invariant.
+ * norm + rope + KV store; its per-head arithmetic is cuda_rope.cuh's). Every
+ * kernel is launched with tk_launch (PDL: it waits for the previous kernel
+ * before touching anything). Kernels that touch activations are templated
+ * on the activation type (float or bf16) and accumulate in float; every
+ * reduction has a fixed order, independent of the number of rows, so these
+ * ops are batch-invariant.
  * Depends on cuda_common.cuh, cuda_rope.cuh.
  */
 #include "backend/cuda/cuda_common.cuh"
@@ -69,15 +69,25 @@ static __global__ void k_rmsnorm_warp(const T *x, int64_t xs, TO *out, int64_t o
         orow[i] = tk_from<TO>(tk_f(xr[i]) * inv * tk_ld(w, wdt, i));
 }
 
-/* The register path of the hidden-size norms unless TERN_CUDA_NORM_REG=0
- * (for comparison). */
-static bool add_norm_regs(void)
+/* out[i] = rmsnorm(x)[i] * w[i] for one row of dim values, by the whole
+ * block: thread v sums x[i]^2 over i = v, v + blockDim.x, ... with fma,
+ * tk_block_sum, rsqrtf(ss / dim + eps), x * inv * w rounded to TO. The
+ * order k_rmsnorm_block / k_add_rmsnorm sum in with 256 threads; red: 32
+ * floats of shared memory. */
+template <typename T, typename TO>
+static __device__ __forceinline__ void tk_rmsnorm_row(const T *xr, TO *orow, int64_t dim,
+                                                      const void *w, int wdt, float eps,
+                                                      float *red)
 {
-    static const bool on = [] {
-        const char *e = getenv("TERN_CUDA_NORM_REG");
-        return !(e && strcmp(e, "0") == 0);
-    }();
-    return on;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = tk_f(xr[i]);
+        ss = __fmaf_rn(v, v, ss);
+    }
+    ss = tk_block_sum(ss, red);
+    float inv = rsqrtf(ss / (float)dim + eps);
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+        orow[i] = tk_from<TO>(tk_f(xr[i]) * inv * tk_ld(w, wdt, i));
 }
 
 /* The register path of the block norms: this thread's norm weights
@@ -152,10 +162,10 @@ static cudaError_t rmsnorm_t(cudaStream_t st, const void *x, int64_t xs, void *o
     if (dim <= 512) {
         e = tk_launch(k_rmsnorm_warp<T, TO>, (unsigned)tk_cdiv(n, 8), 256, 0, st, (const T *)x, xs,
                       (TO *)out, os, col0, n_rows, n_groups, dim, w, wdt, eps);
-    } else if (add_norm_regs() && dim <= 16 * 256) {
+    } else if (dim <= 16 * 256) {
         e = tk_launch(k_rmsnorm_block<T, TO, 16>, (unsigned)n, 256, 0, st, (const T *)x, xs,
                       (TO *)out, os, col0, n_groups, dim, w, wdt, eps);
-    } else if (add_norm_regs() && dim <= 32 * 256) {
+    } else if (dim <= 32 * 256) {
         e = tk_launch(k_rmsnorm_block<T, TO, 32>, (unsigned)n, 256, 0, st, (const T *)x, xs,
                       (TO *)out, os, col0, n_groups, dim, w, wdt, eps);
     } else {
@@ -215,7 +225,7 @@ static __global__ void k_add_rmsnorm(TR *res, const T *x, T *out, int64_t dim, c
                 TR sum = tk_from<TR>(a[k] + b[k]);
                 rr[i] = sum;
                 a[k] = tk_f(sum);
-                ss = __fmaf_rn(a[k], a[k], ss); /* spelled out: tk_epi's norm sums the same */
+                ss = __fmaf_rn(a[k], a[k], ss);
             }
         }
         ss = tk_block_sum(ss, red);
@@ -242,11 +252,10 @@ static cudaError_t add_rmsnorm_t(cudaStream_t st, void *res, const void *x, void
                                  int64_t n_rows, int64_t dim, const void *w, int wdt, float eps)
 {
     unsigned g = (unsigned)n_rows;
-    bool regs = add_norm_regs();
-    if (regs && dim <= 16 * 256)
+    if (dim <= 16 * 256)
         return tk_launch(k_add_rmsnorm<TR, T, 16>, g, 256, 0, st, (TR *)res, (const T *)x,
                          (T *)out, dim, w, wdt, eps);
-    if (regs && dim <= 32 * 256)
+    if (dim <= 32 * 256)
         return tk_launch(k_add_rmsnorm<TR, T, 32>, g, 256, 0, st, (TR *)res, (const T *)x,
                          (T *)out, dim, w, wdt, eps);
     return tk_launch(k_add_rmsnorm<TR, T, 0>, g, 256, 0, st, (TR *)res, (const T *)x, (T *)out,
@@ -268,8 +277,7 @@ extern "C" cudaError_t tk_add_rmsnorm(cudaStream_t st, void *res, int rdt, const
 /* ------------------------------------------------------------ rope */
 
 /* A rope pair (x1, x2) rotated by angle p * inv_freq, each rounded to T
- * (cuda_rope.cuh: the rope kernel, qk_rope_store and the decode attention
- * that folds the prologue in share this arithmetic). */
+ * (cuda_rope.cuh: the rope kernel and qk_rope_store share this arithmetic). */
 template <typename T>
 static __device__ __forceinline__ void rope_rot(float &x1, float &x2, float p, float inv_freq,
                                                 float mscale)

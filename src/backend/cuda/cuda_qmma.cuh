@@ -1,8 +1,9 @@
 /*
  * cuda_qmma.cuh — device helpers of the tensor-core GEMVs for MLX-affine
- * weights (cuda_quant_mma.cu v3, cuda_quant_v6.cu v6): the bf16 pair a
- * packed 4-bit word gives one MMA fragment register, the m16n8k16 MMA
- * itself, and a bf16 / f16 scale or bias out of a 32-bit pair.
+ * 4-bit weights (cuda_quant_mma.cu; the decode step's, cuda_step.cuh, uses
+ * the MMAs): the bf16 pair a packed 4-bit word gives one MMA fragment
+ * register, the m16n8k16 MMA itself, and a bf16 / f16 scale or bias out of
+ * a 32-bit pair.
  * CUDA C++ only. Depends on cuda_common.cuh.
  */
 #ifndef TERN_CUDA_QMMA_CUH

@@ -1,6 +1,6 @@
 /*
  * cuda_quant.c — matmul and get_rows for MLX affine quantized weights on the
- * device (kernels: cuda_quant.cu; layout: tensor/quant.h).
+ * device (kernels: cuda_quant.cu, cuda_quant_mma.cu; layout: tensor/quant.h).
  *
  * Decode-sized batches (default mode: T <= TERN_CUDA_GEMV_MAX_T, or up to
  * QMMA_MAX_T where the tensor-core GEMV applies) run a GEMV that streams the
@@ -12,26 +12,23 @@
  * the release threshold is raised), so no per-layer scratch has to be sized
  * up front.
  *
- * Which GEMV (backend qgemv_version, TERN_QUANT_KERNEL): by default (0) the
- * tensor-core GEMV of cuda_quant_mma.cu (v3) for 4 bits, v1 (cuda_quant.cu)
- * for other widths, each for every T up to its limit (the choice depends on
- * the weight, never on T), so a token's result does not depend on the token
- * count up to that T. Measured on the H200 (docs/perf/quant.md): at 4 bits
- * v3 is 3% faster than v1 at T = 1 and 4x at T = 8, v6 (cuda_quant_v6.cu,
- * (token, group) MMA columns) no faster than v3; at 8 bits and T = 1 v1
- * streams at 94% of the copy rate and v3 is 25% slower.
- * TERN_QUANT_KERNEL=v1|v2|v3|v4|v5|v6 forces one GEMV where it applies (v1
- * is the fallback for every operand); the dequantize is v2 unless v1 is
- * asked for. matmul_glu of a weight that takes v3 or v6 runs that kernel's
- * GLU variant (silu_mul in the epilogue, bitwise the unfused ops), and
- * matmul_add_rmsnorm of one that takes v3 its tk_epi variant (residual add
- * and the last block's RMSNorm in the epilogue, bitwise the unfused ops);
- * norm_matmul of one that takes v3 at T <= TK_NP_MAX_T its NP variant (the
- * RMSNorm of the F32 input rows in every block's prologue, bitwise rmsnorm
- * then matmul / matmul_glu); matmul_rope_store of a fused qkv weight that
- * takes v3 its RP variant (two tiles per warp holding a head's rotary
- * pairs; the rotation and the k / v cache stores in the epilogue, bitwise
- * matmul then qk_rope_store without head norms).
+ * Which GEMV (quant_pick): the tensor-core GEMV of cuda_quant_mma.cu for
+ * 4-bit weights it takes (tk_qgemv_mma_ok), up to QMMA_MAX_T tokens; the
+ * register GEMV of cuda_quant.cu for other widths and operands, up to
+ * TERN_CUDA_GEMV_MAX_T. The choice depends on the weight, never on T below
+ * those limits, so a token's result does not depend on the token count up
+ * to them. Measured on the H200 (docs/perf/quant.md): at 4 bits the
+ * tensor-core GEMV is 3% faster than the register one at T = 1 and 4x at
+ * T = 8; at 8 bits and T = 1 the register GEMV streams at 94% of the copy
+ * rate. The dequantize before cuBLASLt is tk_qdequant_fast where it applies
+ * (4/8 bits, BF16 scales: 2.7x faster prefill), else the general
+ * tk_qdequant.
+ * matmul_glu of a weight that takes the tensor-core GEMV runs its GLU
+ * variant (silu_mul in the epilogue, bitwise the unfused ops), and
+ * matmul_rope_store of a fused qkv weight that takes it its RP variant (two
+ * tiles per warp holding a head's rotary pairs; the rotation and the k / v
+ * cache stores in the epilogue, bitwise matmul then qk_rope_store without
+ * head norms).
  * Depends on cuda_internal.h, cuda_quant.h.
  */
 #include "backend/cuda/cuda_quant.h"
@@ -78,22 +75,23 @@ static enum tern_status pool_ready(struct tern_cuda *c)
     return TERN_OK;
 }
 
-/* The GEMV a quantized matmul takes (1..6), or 0 for dequantize + cuBLASLt:
- * a function of the weight's shape and format, the mode and T only. A
- * forced v3 or v6 that does not apply to the operands becomes v1. */
-static int quant_pick(const struct tern_cuda *c, const struct tern_dtensor *x,
-                      const struct tk_qmat *m, int64_t in, int64_t out)
+/* The kernels a quantized matmul can take. */
+enum quant_path {
+    QP_LT,  /* dequantize to BF16, then cuBLASLt */
+    QP_MMA, /* the tensor-core GEMV (cuda_quant_mma.cu) */
+    QP_REG, /* the register GEMV (cuda_quant.cu) */
+};
+
+/* The path a quantized matmul takes: a function of the weight's shape and
+ * format, the mode and T only. */
+static enum quant_path quant_pick(const struct tern_cuda *c, const struct tern_dtensor *x,
+                                  const struct tk_qmat *m, int64_t in, int64_t out)
 {
     int64_t T = x->shape[0];
-    const void *xp = tern_cuda_ptr(x);
-    int ver = c->qgemv_version;
-    bool mma_ok = tk_qgemv_mma_ok(m, xp, (int)x->dtype, in, in, out) != 0;
-    bool v6_ok = tk_qgemv6_ok(m, xp, (int)x->dtype, in, in, out) != 0;
-    if (ver == 0) ver = mma_ok && m->bits == 4 ? 3 : 1;
-    if ((ver == 6 && !v6_ok) || (ver == 3 && !mma_ok)) ver = 1;
-    int64_t max_t = ver == 6 || ver == 3 ? QMMA_MAX_T : TERN_CUDA_GEMV_MAX_T;
+    bool mma = tk_qgemv_mma_ok(m, tern_cuda_ptr(x), (int)x->dtype, in, in, out) != 0;
+    int64_t max_t = mma ? QMMA_MAX_T : TERN_CUDA_GEMV_MAX_T;
     bool lt = x->dtype == TERN_DTYPE_BF16 && in % 8 == 0 && (c->base.deterministic || T > max_t);
-    return lt ? 0 : ver;
+    return lt ? QP_LT : mma ? QP_MMA : QP_REG;
 }
 
 enum tern_status tern_cuda_matmul_quant(struct tern_cuda *c, const struct tern_dtensor *x,
@@ -106,29 +104,13 @@ enum tern_status tern_cuda_matmul_quant(struct tern_cuda *c, const struct tern_d
     int bdt = bias ? (int)w->bias.dtype : 0;
     struct tk_qmat m = qmat_of(w);
     const void *xp = tern_cuda_ptr(x);
-    int ver = quant_pick(c, x, &m, in, out);
-    if (ver != 0) {
-        if (ver == 6) {
-            cudaError_t e = tk_qgemv6(c->stream, &m, xp, in, bias, bdt, y, ydt, ys, T, in, out);
-            if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv6", (int)e, __FILE__, __LINE__);
-            return TERN_OK;
-        }
-        if (ver == 3) {
-            cudaError_t e = tk_qgemv_mma(c->stream, &m, xp, in, bias, bdt, y, ydt, ys, T, in, out);
-            if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv_mma", (int)e, __FILE__, __LINE__);
-            return TERN_OK;
-        }
-        if ((ver == 4 || ver == 5) && tk_qgemv4_ok(&m, xp, (int)x->dtype, in, in)) {
-            cudaError_t e = tk_qgemv4(c->stream, &m, xp, in, bias, bdt, y, ydt, ys, T, in, out,
-                                      ver == 4);
-            if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv4", (int)e, __FILE__, __LINE__);
-            return TERN_OK;
-        }
-        if (ver == 2 && tk_qgemv2_ok(&m, xp, (int)x->dtype, in, in, out)) {
-            cudaError_t e = tk_qgemv2(c->stream, &m, xp, in, bias, bdt, y, ydt, ys, T, in, out);
-            if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv2", (int)e, __FILE__, __LINE__);
-            return TERN_OK;
-        }
+    enum quant_path path = quant_pick(c, x, &m, in, out);
+    if (path == QP_MMA) {
+        cudaError_t e = tk_qgemv_mma(c->stream, &m, xp, in, bias, bdt, y, ydt, ys, T, in, out);
+        if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv_mma", (int)e, __FILE__, __LINE__);
+        return TERN_OK;
+    }
+    if (path == QP_REG) {
         /* 4 rows per warp share each x load at batch 1-2; more tokens need
          * the registers for their sums (dev/kernels/bench_quant.c measures both). */
         cudaError_t e = tk_qgemv(c->stream, &m, xp, (int)x->dtype, in, bias, bdt, y, ydt, ys, T,
@@ -139,8 +121,8 @@ enum tern_status tern_cuda_matmul_quant(struct tern_cuda *c, const struct tern_d
     TERN_TRY(pool_ready(c));
     void *scratch = NULL;
     TERN_CU(cudaMallocAsync(&scratch, (size_t)(out * in) * 2, c->stream));
-    cudaError_t e = c->qdequant_version == 2 && tk_qdequant2_ok(&m, in, scratch)
-                        ? tk_qdequant2(c->stream, &m, out, in, scratch)
+    cudaError_t e = tk_qdequant_fast_ok(&m, in, scratch)
+                        ? tk_qdequant_fast(c->stream, &m, out, in, scratch)
                         : tk_qdequant(c->stream, &m, out, in, NULL, out, scratch, TK_BF16, in);
     enum tern_status st = e == cudaSuccess
                               ? tern_cuda_lt_bf16(c, tern_cuda_ptr(x), in, scratch, bias, bdt, y,
@@ -161,15 +143,12 @@ enum tern_status tern_cuda_matmul_glu_quant(struct tern_cuda *c, const struct te
     int64_t T = x->shape[0], in = w->in_features, out = w->out_features;
     struct tk_qmat m = qmat_of(w);
     const void *xp = tern_cuda_ptr(x);
-    int ver = out % 2 == 0 ? quant_pick(c, x, &m, in, out) : 0;
-    if (ver != 3 && ver != 6) return TERN_OK;
+    if (out % 2 != 0 || quant_pick(c, x, &m, in, out) != QP_MMA) return TERN_OK;
     const void *bias = w->bias.buf ? tern_cuda_ptr(&w->bias) : NULL;
     int bdt = bias ? (int)w->bias.dtype : 0;
-    cudaError_t e = ver == 6 ? tk_qgemv6_glu(c->stream, &m, xp, in, bias, bdt, act, act_stride, T,
-                                             in, out / 2)
-                             : tk_qgemv_mma_glu(c->stream, &m, xp, in, bias, bdt, act, act_stride,
-                                                T, in, out / 2);
-    if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv*_glu", (int)e, __FILE__, __LINE__);
+    cudaError_t e =
+        tk_qgemv_mma_glu(c->stream, &m, xp, in, bias, bdt, act, act_stride, T, in, out / 2);
+    if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv_mma_glu", (int)e, __FILE__, __LINE__);
     *done = true;
     return TERN_OK;
 }
@@ -204,55 +183,13 @@ enum tern_status tern_cuda_matmul_rope_quant(struct tern_cuda *c, const struct t
         rp.n_slots = K->shape[0] * K->shape[1];
         rp.n_heads = p->n_heads, rp.n_kv = p->n_kv_heads, rp.hd = p->head_dim;
     }
-    if (!shapes || quant_pick(c, x, &m, in, out) != 3 || !tk_qgemv_mma_rope_ok(&m, &rp, out))
+    if (!shapes || quant_pick(c, x, &m, in, out) != QP_MMA || !tk_qgemv_mma_rope_ok(&m, &rp, out))
         return TERN_OK;
     const void *bias = w->bias.buf ? tern_cuda_ptr(&w->bias) : NULL;
     cudaError_t e = tk_qgemv_mma_rope(c->stream, &m, tern_cuda_ptr(x), in, bias,
                                       bias ? (int)w->bias.dtype : 0, tern_cuda_ptr(qkv), out, &rp,
                                       T, in, out);
     if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv_mma_rope", (int)e, __FILE__, __LINE__);
-    *done = true;
-    return TERN_OK;
-}
-
-enum tern_status tern_cuda_matmul_epi_quant(struct tern_cuda *c, const struct tern_dtensor *x,
-                                            const struct tern_linear *w, const struct tk_epi *e,
-                                            bool *done)
-{
-    *done = false;
-    TERN_TRY(check_quant(w, "matmul_add_rmsnorm"));
-    int64_t T = x->shape[0], in = w->in_features, out = w->out_features;
-    struct tk_qmat m = qmat_of(w);
-    const void *xp = tern_cuda_ptr(x);
-    if (quant_pick(c, x, &m, in, out) != 3) return TERN_OK;
-    const void *bias = w->bias.buf ? tern_cuda_ptr(&w->bias) : NULL;
-    cudaError_t err = tk_qgemv_mma_epi(c->stream, &m, xp, in, bias, bias ? (int)w->bias.dtype : 0,
-                                       e, T, in, out);
-    if (err != cudaSuccess) return tern_cuda_fail("tk_qgemv_mma_epi", (int)err, __FILE__, __LINE__);
-    *done = true;
-    return TERN_OK;
-}
-
-enum tern_status tern_cuda_norm_matmul_quant(struct tern_cuda *c, const struct tern_dtensor *x,
-                                             const struct tern_dtensor *norm_w, float eps,
-                                             const struct tern_linear *w,
-                                             const struct tern_dtensor *h, bool glu, void *y,
-                                             int ydt, int64_t y_stride, bool *done)
-{
-    *done = false;
-    TERN_TRY(check_quant(w, "norm_matmul"));
-    int64_t T = x->shape[0], in = w->in_features, out = w->out_features;
-    struct tk_qmat m = qmat_of(w);
-    /* where the unfused path (matmul on the BF16 h) would take v3: the same
-     * kernel then reads the same x, so the result is the same bits */
-    if (!tk_qgemv_mma_np_ok(&m, T, in) || quant_pick(c, h, &m, in, out) != 3 || (glu && out % 2))
-        return TERN_OK;
-    struct tk_np np = {.res = tern_cuda_ptr(x), .res_stride = in, .norm_w = tern_cuda_ptr(norm_w),
-                       .wdt = (int)norm_w->dtype, .eps = eps};
-    const void *bias = w->bias.buf ? tern_cuda_ptr(&w->bias) : NULL;
-    cudaError_t e = tk_qgemv_mma_np(c->stream, &m, &np, bias, bias ? (int)w->bias.dtype : 0, y, ydt,
-                                    y_stride, T, in, glu ? out / 2 : out, glu);
-    if (e != cudaSuccess) return tern_cuda_fail("tk_qgemv_mma_np", (int)e, __FILE__, __LINE__);
     *done = true;
     return TERN_OK;
 }

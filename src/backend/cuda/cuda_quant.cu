@@ -1,8 +1,9 @@
 /*
  * cuda_quant.cu — MLX affine quantized weights on the device (layout:
  * tensor/quant.h): a decode GEMV that streams the packed weights once and
- * dequantizes in registers, a dequantize-to-BF16 kernel that feeds cuBLASLt
- * for prefill and batches, and a row gather for quantized embeddings.
+ * dequantizes in registers (the default for widths other than 4 bits,
+ * cuda_quant.c), the dequantize-to-BF16 kernels that feed cuBLASLt for
+ * prefill and batches, and a row gather for quantized embeddings.
  *
  * Decode (k_qgemv, bits 2/4/8): a warp owns QG_R consecutive output rows;
  * lane l reads 16-byte chunks l, l+32, ... of each row (coalesced 512-byte
@@ -19,6 +20,14 @@
  * Other widths (3/5/6), or operands the fast path does not take, use
  * k_qgemv_generic: one warp per (row, token), values extracted from the bit
  * stream one by one.
+ *
+ * Dequantize (prefill): k_qdequant_fast takes 4- and 8-bit weights with
+ * BF16 scales, group 32/64/128 (tk_qdequant_fast_ok): one thread per
+ * 16-byte chunk of packed weights, 16 or 32 BF16 values out in 16-byte
+ * stores, the values made floats with one PRMT each (byte b of (w &
+ * 0x0F0F0F0F) under the exponent byte 0x4B: 2^23 + q). Everything else, and
+ * get_rows' gather, takes k_qdequant: one thread per value, extracted from
+ * the bit stream.
  * Depends on cuda_common.cuh.
  */
 #include "backend/cuda/cuda_common.cuh"
@@ -169,6 +178,69 @@ static __global__ void k_qdequant(const uint32_t *q, const void *sc, const void 
     }
 }
 
+static __device__ __forceinline__ float bf(uint16_t h)
+{
+    return __uint_as_float((uint32_t)h << 16);
+}
+
+/* 2^23 + byte b of u, as a float. */
+static __device__ __forceinline__ float byte_f(uint32_t u, int b)
+{
+    return __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7650u | (uint32_t)b));
+}
+
+/* The V values of one 16-byte chunk as exact floats, in order (MLX packs
+ * value k of a word at bits k*BITS, so 4-bit even values sit in the low
+ * nibbles of the bytes and odd values in the high ones). */
+template <int BITS>
+static __device__ __forceinline__ void unpack(uint4 c, float *q)
+{
+    const uint32_t w[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        if (BITS == 8) {
+#pragma unroll
+            for (int b = 0; b < 4; b++) q[i * 4 + b] = byte_f(w[i], b) - 8388608.0f;
+        } else {
+            uint32_t lo = w[i] & 0x0F0F0F0Fu, hi = (w[i] >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                q[i * 8 + 2 * b] = byte_f(lo, b) - 8388608.0f;
+                q[i * 8 + 2 * b + 1] = byte_f(hi, b) - 8388608.0f;
+            }
+        }
+    }
+}
+
+/* One thread per 16-byte chunk of packed weights: V BF16 values out. */
+template <int BITS>
+static __global__ void k_qdequant_fast(const uint4 *__restrict__ q,
+                                       const uint16_t *__restrict__ sc,
+                                       const uint16_t *__restrict__ bi, int gshift,
+                                       int n_chunks_row, int64_t n_chunks, uint4 *__restrict__ out)
+{
+    constexpr int V = 128 / BITS;
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_chunks) return;
+    int64_t row = i / n_chunks_row;
+    int c = (int)(i - row * n_chunks_row);
+    int64_t gi = row * ((int64_t)n_chunks_row * V >> gshift) + ((c * V) >> gshift);
+    float s = bf(sc[gi]), b = bf(bi[gi]);
+    float qf[V];
+    unpack<BITS>(tk_ld_stream(q + i), qf);
+#pragma unroll
+    for (int j = 0; j < V / 8; j++) {
+        uint32_t o[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            __nv_bfloat162 h = __floats2bfloat162_rn(fmaf(s, qf[8 * j + 2 * k], b),
+                                                     fmaf(s, qf[8 * j + 2 * k + 1], b));
+            o[k] = *(uint32_t *)&h;
+        }
+        out[i * (V / 8) + j] = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+}
+
 typedef void (*qgemv_fn)(cudaStream_t, const struct tk_qmat *, const void *, int64_t, const void *,
                          int, void *, int, int64_t, int64_t, int64_t);
 
@@ -243,5 +315,33 @@ extern "C" cudaError_t tk_qdequant(cudaStream_t st, const struct tk_qmat *m, int
     k_qdequant<<<grid, 256, 0, st>>>((const uint32_t *)m->q, m->scales, m->biases, m->sdt,
                                      m->bits, m->group, rows, in, idx, n_out, out, odt,
                                      out_stride);
+    return cudaPeekAtLastError();
+}
+
+extern "C" int tk_qdequant_fast_ok(const struct tk_qmat *m, int64_t in, const void *out)
+{
+    return (m->bits == 4 || m->bits == 8) && m->sdt == TK_BF16 &&
+           (m->group == 32 || m->group == 64 || m->group == 128) && in % 128 == 0 &&
+           in < (1 << 30) && ((uintptr_t)m->q | (uintptr_t)out) % 16 == 0;
+}
+
+extern "C" cudaError_t tk_qdequant_fast(cudaStream_t st, const struct tk_qmat *m, int64_t rows,
+                                        int64_t in, void *out)
+{
+    int gshift = m->group == 32 ? 5 : m->group == 64 ? 6 : 7;
+    int ncr = (int)(in * m->bits / 128);
+    int64_t n = rows * ncr;
+    if (n <= 0) return cudaSuccess;
+    unsigned blocks = (unsigned)tk_cdiv(n, 256);
+    if (m->bits == 4)
+        k_qdequant_fast<4><<<blocks, 256, 0, st>>>((const uint4 *)m->q,
+                                                   (const uint16_t *)m->scales,
+                                                   (const uint16_t *)m->biases, gshift, ncr, n,
+                                                   (uint4 *)out);
+    else
+        k_qdequant_fast<8><<<blocks, 256, 0, st>>>((const uint4 *)m->q,
+                                                   (const uint16_t *)m->scales,
+                                                   (const uint16_t *)m->biases, gshift, ncr, n,
+                                                   (uint4 *)out);
     return cudaPeekAtLastError();
 }

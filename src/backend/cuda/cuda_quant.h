@@ -1,15 +1,17 @@
 /*
  * cuda_quant.h — C-callable launchers of the MLX-affine kernels
- * (cuda_quant.cu) and the glue that uses them (cuda_quant.c). Layout of a
- * quantized weight: tensor/quant.h. Launchers only enqueue work on the given
- * stream (graph-capturable) and return the launch's cudaError_t.
+ * (cuda_quant.cu: the register GEMV and the dequantize; cuda_quant_mma.cu:
+ * the 4-bit tensor-core GEMV) and the glue that uses them (cuda_quant.c).
+ * Layout of a quantized weight: tensor/quant.h. Launchers only enqueue work
+ * on the given stream (graph-capturable) and return the launch's
+ * cudaError_t.
  *
  * Compiles as C and as CUDA C++.
  */
 #ifndef TERN_CUDA_QUANT_H
 #define TERN_CUDA_QUANT_H
 
-#include "backend/cuda/cuda_epi.h"
+#include "backend/cuda/cuda_kernels.h"
 
 #include <cuda_runtime_api.h>
 #include <stdint.h>
@@ -35,41 +37,20 @@ cudaError_t tk_qgemv(cudaStream_t st, const struct tk_qmat *m, const void *x, in
                      int64_t y_stride, int64_t n_tok, int64_t in, int64_t out, int rows_per_warp);
 int tk_qgemv_fast(const struct tk_qmat *m, const void *x, int xdt, int64_t x_stride, int64_t in);
 
-/* v2 (cuda_quant_v2.cu), the same product for 4/8 bits, BF16 scales and x,
- * group 32/64/128, in % 256 == 0, 16-byte aligned x and q (tk_qgemv2_ok). */
-int tk_qgemv2_ok(const struct tk_qmat *m, const void *x, int xdt, int64_t x_stride, int64_t in,
-                 int64_t out);
-cudaError_t tk_qgemv2(cudaStream_t st, const struct tk_qmat *m, const void *x, int64_t x_stride,
-                      const void *bias, int bdt, void *y, int ydt, int64_t y_stride, int64_t n_tok,
-                      int64_t in, int64_t out);
-/* 4-bit GEMV v4 (cuda_quant_v4.cu): v1's product with the inner sums in
- * half2 (half != 0) or float32 (half == 0), two chunks in flight, PDL.
- * Needs bits 4, group % 32 == 0, x BF16, in % 256 == 0, 16-byte aligned
- * x and q (tk_qgemv4_ok). A token's result does not depend on the others. */
-int tk_qgemv4_ok(const struct tk_qmat *m, const void *x, int xdt, int64_t x_stride, int64_t in);
-cudaError_t tk_qgemv4(cudaStream_t st, const struct tk_qmat *m, const void *x, int64_t x_stride,
-                      const void *bias, int bdt, void *y, int ydt, int64_t y_stride,
-                      int64_t n_tok, int64_t in, int64_t out, int half);
-
-/* Tensor-core GEMV (cuda_quant_mma.cu), the same product for 4/8 bits,
- * BF16 or F16 scales, group 32/64/128, BF16 x, in % 256 (4 bits, 8 bits
- * group 128) or % 128 (8 bits, group 32/64) == 0, 16-byte aligned x and q (tk_qgemv_mma_ok). A token's result
- * does not depend on the others in the launch. tk_qgemv_mma_split: the
- * warps that share one 16-row tile's K (a function of the shape only). */
+/* Tensor-core GEMV (cuda_quant_mma.cu), the same product for 4 bits,
+ * BF16 or F16 scales, group 32/64/128, BF16 x, in % 256 == 0, 16-byte
+ * aligned x and q (tk_qgemv_mma_ok). A token's result does not depend on
+ * the others in the launch. tk_qgemv_mma_split: the warps that share one
+ * 16-row tile's K (a function of the shape only). */
 int tk_qgemv_mma_ok(const struct tk_qmat *m, const void *x, int xdt, int64_t x_stride, int64_t in,
                     int64_t out);
-int tk_qgemv_mma_split(int bits, int group, int64_t in, int64_t out);
+int tk_qgemv_mma_split(int64_t in, int64_t out);
 /* Tiles per warp the tensor-core GEMV gives a weight of `rows` rows (a GLU
- * weight's 2 ff): 2 for the widest 4-bit ones, else 1 (TERN_QMMA_TP=1: 1). */
-int tk_qgemv_mma_tp(int bits, int64_t rows);
+ * weight's 2 ff): 2 for the widest ones (>= 1024 tiles), else 1. */
+int tk_qgemv_mma_tp(int64_t rows);
 cudaError_t tk_qgemv_mma(cudaStream_t st, const struct tk_qmat *m, const void *x, int64_t x_stride,
                          const void *bias, int bdt, void *y, int ydt, int64_t y_stride,
                          int64_t n_tok, int64_t in, int64_t out);
-/* The same with a given K split (1, 2, 4, 8) instead of the shape's (lab). */
-cudaError_t tk_qgemv_mma_split_as(cudaStream_t st, const struct tk_qmat *m, const void *x,
-                                  int64_t x_stride, const void *bias, int bdt, void *y, int ydt,
-                                  int64_t y_stride, int64_t n_tok, int64_t in, int64_t out,
-                                  int wsplit);
 /* The same as tk_qgemv_mma for a gate_up m [2 ff, in] with silu_mul in the
  * epilogue: act[t, i] = silu(g) * u (BF16, row stride act_stride), g and u
  * rows i and ff + i rounded to BF16 first: bitwise tk_qgemv_mma into a BF16
@@ -77,33 +58,6 @@ cudaError_t tk_qgemv_mma_split_as(cudaStream_t st, const struct tk_qmat *m, cons
 cudaError_t tk_qgemv_mma_glu(cudaStream_t st, const struct tk_qmat *m, const void *x,
                              int64_t x_stride, const void *bias, int bdt, void *act,
                              int64_t act_stride, int64_t n_tok, int64_t in, int64_t ff);
-/* The same as tk_qgemv_mma with the tk_epi epilogue (cuda_epi.h) instead of
- * a y: res += bf16(x W^T) and the last block's rmsnorm of each launch's
- * rows into h; e->dim == out. Launches of 8 tokens each. */
-cudaError_t tk_qgemv_mma_epi(cudaStream_t st, const struct tk_qmat *m, const void *x,
-                             int64_t x_stride, const void *bias, int bdt, const struct tk_epi *e,
-                             int64_t n_tok, int64_t in, int64_t out);
-/* The RMSNorm prologue of the 4-bit tensor-core GEMV (backend.h's
- * norm_matmul): every block computes x[t, :] = bf16(rmsnorm(res[t, :]) *
- * norm_w) into shared memory (tk_rmsnorm's block kernel: the same sums in
- * the same order, so bitwise tk_rmsnorm of res into a BF16 x) and runs the
- * GEMV on it; the x never goes to memory and the norm kernel is gone. */
-struct tk_np {
-    const float *res; /* [n_tok, res_stride] F32, the row length is the GEMV's in */
-    int64_t res_stride;
-    const void *norm_w; /* [in] of dtype wdt */
-    int wdt;
-    float eps;
-};
-#define TK_NP_MAX_T 2 /* tokens (shared memory: in + 8 BF16 each beside the ring) */
-/* Whether tk_qgemv_mma_np takes this launch: 4 bits, n_tok <= TK_NP_MAX_T,
- * 512 < in <= 8192, in % 256 == 0. */
-int tk_qgemv_mma_np_ok(const struct tk_qmat *m, int64_t n_tok, int64_t in);
-/* tk_qgemv_mma (glu = 0; y [n_tok, out] of ydt) or tk_qgemv_mma_glu (glu =
- * 1: out = ff, y the BF16 act) on x = the norm of np->res rows. */
-cudaError_t tk_qgemv_mma_np(cudaStream_t st, const struct tk_qmat *m, const struct tk_np *np,
-                            const void *bias, int bdt, void *y, int ydt, int64_t y_stride,
-                            int64_t n_tok, int64_t in, int64_t out, int glu);
 /* The rotary / KV-cache epilogue of the 4-bit tensor-core GEMV on a fused
  * [q | k | v] weight (backend.h's matmul_rope_store): each warp takes the
  * two 16-row tiles holding a head's rotary pairs (rows d and d + hd / 2) and
@@ -119,39 +73,26 @@ struct tk_rp {
     int64_t n_slots;
     int n_heads, n_kv, hd;
 };
-/* Whether tk_qgemv_mma_rope takes it: tk_qgemv_mma_ok, 4 bits, hd % 32 ==
- * 0 and <= 256, out == (n_heads + 2 n_kv) hd. */
+/* Whether tk_qgemv_mma_rope takes it (beside tk_qgemv_mma_ok): 4 bits, hd
+ * % 32 == 0 and <= 256, out == (n_heads + 2 n_kv) hd. */
 int tk_qgemv_mma_rope_ok(const struct tk_qmat *m, const struct tk_rp *rp, int64_t out);
 cudaError_t tk_qgemv_mma_rope(cudaStream_t st, const struct tk_qmat *m, const void *x,
                               int64_t x_stride, const void *bias, int bdt, void *qkv,
                               int64_t qkv_stride, const struct tk_rp *rp, int64_t n_tok,
                               int64_t in, int64_t out);
-/* 4-bit GEMV v6 (cuda_quant_v6.cu): tensor cores with (token, group)
- * columns, built for one token; bits 4, BF16 or F16 scales, group 32/64/128,
- * BF16 x, in % 128 == 0, in / group <= 1024, 16-byte aligned x and q, 4-byte
- * aligned scales and biases (tk_qgemv6_ok). A token's result does not depend
- * on the others in the launch. tk_qgemv6_split: warps per 16-row tile (a
- * function of the shape only). tk_qgemv6_glu: act[t, i] = silu(g) * u with g,
- * u rows i and ff + i of m ([2 ff, in]) rounded to BF16 first: bitwise
- * tk_qgemv6 into a BF16 gate_up followed by tk_silu_mul. */
-int tk_qgemv6_ok(const struct tk_qmat *m, const void *x, int xdt, int64_t x_stride, int64_t in,
-                 int64_t out);
-int tk_qgemv6_split(int64_t in, int64_t out);
-cudaError_t tk_qgemv6(cudaStream_t st, const struct tk_qmat *m, const void *x, int64_t x_stride,
-                      const void *bias, int bdt, void *y, int ydt, int64_t y_stride, int64_t n_tok,
-                      int64_t in, int64_t out);
-cudaError_t tk_qgemv6_glu(cudaStream_t st, const struct tk_qmat *m, const void *x,
-                          int64_t x_stride, const void *bias, int bdt, void *act,
-                          int64_t act_stride, int64_t n_tok, int64_t in, int64_t ff);
-/* v2 dequantize of the whole of m ([rows, in]) to contiguous BF16 out. */
-int tk_qdequant2_ok(const struct tk_qmat *m, int64_t in, const void *out);
-cudaError_t tk_qdequant2(cudaStream_t st, const struct tk_qmat *m, int64_t rows, int64_t in,
-                         void *out);
+/* The whole of m ([rows, in]) dequantized to contiguous BF16 out, one
+ * thread per 16-byte chunk: 4/8 bits, BF16 scales, group 32/64/128, in %
+ * 128 == 0, 16-byte aligned q and out (tk_qdequant_fast_ok). The prefill
+ * path's dequantize where it applies. */
+int tk_qdequant_fast_ok(const struct tk_qmat *m, int64_t in, const void *out);
+cudaError_t tk_qdequant_fast(cudaStream_t st, const struct tk_qmat *m, int64_t rows, int64_t in,
+                             void *out);
 
 /* out[r, :] = dequantized row (idx ? idx[r] : r) of m (rows of it exist;
  * out-of-range indices give zeros), r < n_out, in dtype odt, row stride
  * out_stride elements. The prefill path dequantizes a whole weight to BF16
- * with it; get_rows gathers embedding rows. */
+ * with it where tk_qdequant_fast does not apply; get_rows gathers embedding
+ * rows. */
 cudaError_t tk_qdequant(cudaStream_t st, const struct tk_qmat *m, int64_t rows, int64_t in,
                         const int32_t *idx, int64_t n_out, void *out, int odt, int64_t out_stride);
 
@@ -164,39 +105,24 @@ cudaError_t tk_qdequant(cudaStream_t st, const struct tk_qmat *m, int64_t rows, 
 #include "backend/cuda/cuda_internal.h"
 
 /* matmul for a quantized w (called by tern_cuda_matmul after its operand
- * checks): the register-dequantizing GEMV for T <= TERN_CUDA_GEMV_MAX_T in
- * default mode; otherwise w is dequantized to a BF16 scratch (stream-ordered
- * allocation from the device's memory pool) that feeds cuBLASLt. */
+ * checks): in default mode the 4-bit tensor-core GEMV for T <= 32 where it
+ * applies, else the register-dequantizing GEMV for T <= TERN_CUDA_GEMV_MAX_T;
+ * otherwise w is dequantized to a BF16 scratch (stream-ordered allocation
+ * from the device's memory pool) that feeds cuBLASLt. */
 enum tern_status tern_cuda_matmul_quant(struct tern_cuda *c, const struct tern_dtensor *x,
                                         const struct tern_linear *w, void *y, int ydt,
                                         int64_t y_stride);
 /* matmul_glu for a quantized gate_up w [2 ff, in] where matmul would take
- * the tensor-core GEMV v3 or v6 (their GLU variants, bitwise matmul + silu_mul): *done tells
- * whether it ran; if not, the caller runs matmul, then silu_mul. act is
- * BF16 [T, ff] with row stride act_stride. */
+ * the tensor-core GEMV (its GLU variant, bitwise matmul + silu_mul): *done
+ * tells whether it ran; if not, the caller runs matmul, then silu_mul. act
+ * is BF16 [T, ff] with row stride act_stride. */
 enum tern_status tern_cuda_matmul_glu_quant(struct tern_cuda *c, const struct tern_dtensor *x,
                                             const struct tern_linear *w, void *act,
                                             int64_t act_stride, bool *done);
-/* matmul_add_rmsnorm for a quantized w where matmul would take v3: the
- * tk_epi epilogue e (its pointers at token 0) on tk_qgemv_mma, bitwise
- * matmul into a BF16 proj then add_rmsnorm: *done tells whether it ran; if
- * not, the caller runs the unfused ops. */
-enum tern_status tern_cuda_matmul_epi_quant(struct tern_cuda *c, const struct tern_dtensor *x,
-                                            const struct tern_linear *w, const struct tk_epi *e,
-                                            bool *done);
-/* norm_matmul for a quantized w where matmul on a BF16 h [T, in] would take
- * v3 and tk_qgemv_mma_np applies (x: F32 [T, in] rows; glu: w is a gate_up
- * [2 ff, in] and y the BF16 act [T, ff]): *done tells whether it ran; if
- * not, the caller runs rmsnorm into h, then matmul / matmul_glu. */
-enum tern_status tern_cuda_norm_matmul_quant(struct tern_cuda *c, const struct tern_dtensor *x,
-                                             const struct tern_dtensor *norm_w, float eps,
-                                             const struct tern_linear *w,
-                                             const struct tern_dtensor *h, bool glu, void *y,
-                                             int ydt, int64_t y_stride, bool *done);
-/* matmul_rope_store for a quantized fused qkv w where matmul would take v3
- * and tk_qgemv_mma_rope applies (full, non-interleaved rotary; BF16 qkv and
- * caches): *done tells whether it ran; if not, the caller runs matmul then
- * qk_rope_store. */
+/* matmul_rope_store for a quantized fused qkv w where matmul would take
+ * the tensor-core GEMV and tk_qgemv_mma_rope applies (full, non-interleaved
+ * rotary; BF16 qkv and caches): *done tells whether it ran; if not, the
+ * caller runs matmul then qk_rope_store. */
 enum tern_status tern_cuda_matmul_rope_quant(struct tern_cuda *c, const struct tern_dtensor *x,
                                              const struct tern_linear *w,
                                              struct tern_dtensor *qkv,

@@ -1,16 +1,18 @@
 /*
- * cuda_quant_mma.cu — the decode GEMV for MLX-affine 4- and 8-bit weights
+ * cuda_quant_mma.cu — the decode GEMV for MLX-affine 4-bit weights
  * (layout: tensor/quant.h) with the dot products on the tensor cores:
  * y[t, o] = sum_i x[t, i] w[o, i] for up to 8 tokens t, w never leaves
  * registers in any form but its packed one and the bf16 pairs below.
- * The 4-bit default of cuda_quant.c (every T up to 32, 8 per pass) where
- * tk_qgemv_mma_ok holds; TERN_QUANT_KERNEL=v3 forces it for 8 bits too.
- * tk_qgemv_mma_glu is the gate/up variant with silu_mul in the epilogue
- * (matmul_glu), bitwise this kernel into a BF16 gate_up then tk_silu_mul;
- * tk_qgemv_mma_epi the variant with the tk_epi epilogue (residual add and
- * the last block's RMSNorm: matmul_add_rmsnorm, cuda_common.cuh). Launched
- * with PDL (tk_launch): each warp's first ring stages (weights and scales)
- * are in flight before tk_pdl_wait, x is read after it.
+ * cuda_quant.c takes it for every 4-bit weight where tk_qgemv_mma_ok
+ * holds, at every T up to 32 (8 per pass); other widths take the register
+ * GEMV of cuda_quant.cu. Two variants with their own epilogue:
+ * tk_qgemv_mma_glu, the gate/up GEMV with silu_mul (matmul_glu), bitwise
+ * this kernel into a BF16 gate_up then tk_silu_mul; tk_qgemv_mma_rope
+ * (RP), the fused qkv GEMV with the rotation and the K/V cache stores
+ * (matmul_rope_store), bitwise this kernel into qkv then
+ * tk_qk_rope_store without head norms. Launched with PDL (tk_launch):
+ * each warp's first ring stages (weights and scales) are in flight before
+ * tk_pdl_wait, x is read after it.
  *
  * One mma.sync.m16n8k16 (bf16 in, f32 out): A = 16 weight rows x 16 k,
  * B = 16 k x 8 tokens (token n is column n; columns >= T are zeros),
@@ -20,48 +22,40 @@
  *   d0, d1 = D[g][2t, 2t+1]   d2, d3 = D[g+8][2t, 2t+1]
  * (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type").
  * Which real k sits in which of the 16 slots is free as long as A and B
- * agree, so lane t takes its 4 slots from its own packed word:
+ * agree, so lane t takes its 4 slots from its own packed word: word w =
+ * values v0..v7 (nibble j = v_j). One LOP3 (after a shift)
+ *   ((w >> 4j) & 0x000F000F) | 0x43004300 = bf16x2 (128 + v_j, 128 + v_{j+4})
+ * (0x4300 is 128.0; q < 16 fits the 7-bit mantissa exactly), and B gets
+ * (x_j, x_{j+4}) from one 16-byte load of x and a PRMT. A word feeds two
+ * MMAs: pairs j = 0, 1 and j = 2, 3.
  *
- *   4 bits: word w = values v0..v7 (nibble j = v_j). One LOP3 (after a shift)
- *     ((w >> 4j) & 0x000F000F) | 0x43004300 = bf16x2 (128 + v_j, 128 + v_{j+4})
- *     (0x4300 is 128.0; q < 16 fits the 7-bit mantissa exactly), and B gets
- *     (x_j, x_{j+4}) from one 16-byte load of x and a PRMT. A word feeds two
- *     MMAs: pairs j = 0, 1 and j = 2, 3.
- *   8 bits: the same nibble pairs of a word of 4 bytes are (lo v0, lo v2),
- *     (hi v0, hi v2), (lo v1, lo v3), (hi v1, hi v3); B gets x for the low
- *     nibbles and 16 x (exact) for the high ones, so each value takes two
- *     slots: sum x (128 + lo) + 16 x (128 + hi) = sum x (2176 + q).
- *
- * So an MMA yields sum_k x_k (OFF + q_k), OFF = 128 or 2176, which must stay
- * inside one quantization group: the 4 lanes t of a row read ADJACENT pieces
- * of one group (group * bits / 32 bytes each), and per group
- *   acc += s * Cg + (b - OFF s) * Xg,   Xg = sum_k x_k over the group,
+ * So an MMA yields sum_k x_k (128 + q_k), which must stay inside one
+ * quantization group: the 4 lanes t of a row read ADJACENT pieces of one
+ * group (group / 8 bytes each), and per group
+ *   acc += s * Cg + (b - 128 s) * Xg,   Xg = sum_k x_k over the group,
  * where Cg starts from zero and Xg comes from the same B through an MMA
- * with A = 1 (low-nibble slots only for 8 bits). The packed layout is MLX's,
- * unchanged (the CPU, dequantize and get_rows read it too).
+ * with A = 1. The packed layout is MLX's, unchanged (the CPU, dequantize
+ * and get_rows read it too).
  *
  * Work: a warp owns a 16-row tile and a slice of K in steps of 128 bytes
- * per row (256 k at 4 bits, 128 at 8; 256 bytes for 8-bit group 128): it
- * streams its steps through its own ring of 3-4 shared-memory slots
- * (cp.async, up to 3 steps in flight while it computes one; rows padded
- * so that the lanes of one shared load hit distinct banks). W warps of a block split
- * K of one tile (step i goes to warp i % W) and are summed through shared
- * memory in warp order; W comes from the shape only (enough warps for the
- * device, at least one step each), never from T. The widest 4-bit weights
- * (>= 1024 tiles: qm_tp) give each warp TP = 2 tiles at once, in two ring
- * slots of two tiles: the B registers and x sums (the PRMTs and the A = 1
- * MMAs) are made once for both, each tile's sums unchanged. Every instruction is the
- * same whatever the token count and the MMA's columns do not mix, so a
- * token's result is bitwise the same alone or inside a batch of 8.
- * Depends on cuda_common.cuh, cuda_qmma.cuh, cuda_quant.h.
+ * per row (256 k): it streams its steps through its own ring of 3-4
+ * shared-memory slots (cp.async, up to 3 steps in flight while it computes
+ * one; rows padded so that the lanes of one shared load hit distinct
+ * banks). W warps of a block split K of one tile (step i goes to warp i %
+ * W) and are summed through shared memory in warp order; W comes from the
+ * shape only (enough warps for the device, at least one step each), never
+ * from T. The widest weights (>= 1024 tiles: qm_tp) give each warp TP = 2
+ * tiles at once, in two ring slots of two tiles: the B registers and x
+ * sums (the PRMTs and the A = 1 MMAs) are made once for both, each tile's
+ * sums unchanged. Every instruction is the same whatever the token count
+ * and the MMA's columns do not mix, so a token's result is bitwise the
+ * same alone or inside a batch of 8.
+ * Depends on cuda_common.cuh, cuda_qmma.cuh, cuda_quant.h, cuda_rope.cuh.
  */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_qmma.cuh"
 #include "backend/cuda/cuda_quant.h"
 #include "backend/cuda/cuda_rope.cuh"
-
-#include <stdlib.h>
-#include <string.h>
 
 #define QM_WARPS 8
 /* Warps a launch should have: the K split doubles while tiles x split is
@@ -87,7 +81,7 @@ template <int N> static __device__ __forceinline__ void cp_wait(void)
     asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 
-/* N consecutive 32-bit words from shared memory (N = 1, 2, 4, 8). */
+/* N consecutive 32-bit words from shared memory (N = 1, 2, 4). */
 template <int N>
 static __device__ __forceinline__ void lds(const unsigned char *p, uint32_t *v)
 {
@@ -104,23 +98,14 @@ static __device__ __forceinline__ void lds(const unsigned char *p, uint32_t *v)
     }
 }
 
-static __device__ __forceinline__ uint32_t times16(uint32_t p)
-{
-    __nv_bfloat162 h = *(__nv_bfloat162 *)&p;
-    h = __hmul2(h, __floats2bfloat162_rn(16.0f, 16.0f));
-    return *(uint32_t *)&h;
-}
-
-template <int BITS, int GROUP> struct qm_cfg {
-    /* k per step: 128 bytes per row, 256 for 8-bit group 128 (2 groups, so
-     * that a row's scales per step are >= 4 bytes for cp.async) */
-    static constexpr int SK = BITS == 4 ? 256 : GROUP == 128 ? 256 : 128;
+template <int GROUP> struct qm_cfg {
+    static constexpr int SK = 256;                    /* k per step: 128 bytes per row */
     static constexpr int SG = SK / GROUP;             /* groups per step (2..8) */
-    static constexpr int PW = GROUP * BITS / 128;     /* words per lane per row per group */
-    static constexpr int RB = SK * BITS / 8;          /* packed bytes per row per step */
+    static constexpr int PW = GROUP / 32;             /* words per lane per row per group */
+    static constexpr int RB = SK / 2;                 /* packed bytes per row per step */
     /* shared row stride: the rows of one shared-load phase (8 / 4 / 2 rows
      * for 4 / 8 / 16-byte loads) fall on distinct banks */
-    static constexpr int RS = RB + (PW == 8 ? 16 : 16 * PW);
+    static constexpr int RS = RB + 16 * PW;
     static constexpr int SB = 2 * SG;                 /* scale bytes per row per step */
     static constexpr int STAGE = 16 * RS + 32 * SB;   /* weights, then scales, then biases */
     static constexpr int NST = STAGE <= 3072 ? 4 : 3; /* ring stages per warp */
@@ -130,12 +115,12 @@ template <int BITS, int GROUP> struct qm_cfg {
 /* Enqueues one step of this warp's tile into a ring slot: lane L copies
  * 16-byte chunk L + 32 i of the [16 rows, RB bytes] block, and lane L < 16
  * the scales, L >= 16 the biases of row L % 16. */
-template <int BITS, int GROUP>
+template <int GROUP>
 static __device__ __forceinline__ void stage_issue(unsigned char *slot, const uint32_t *q,
                                                    const int *qoff, const uint16_t *sb_row,
                                                    int lane, int step)
 {
-    typedef qm_cfg<BITS, GROUP> C;
+    typedef qm_cfg<GROUP> C;
     constexpr int CPR = C::RB / 16; /* chunks per row */
 #pragma unroll
     for (int i = 0; i < C::CH; i++) {
@@ -145,39 +130,29 @@ static __device__ __forceinline__ void stage_issue(unsigned char *slot, const ui
     cp_async<C::SB>(slot + 16 * C::RS + lane * C::SB, sb_row + step * C::SG);
 }
 
-/* B registers of word j of this lane's piece: 4 bf16x2 (slot pairs 0..3).
- * SH: x is the norm prologue's copy in shared memory. */
-template <int BITS, bool SH>
+/* B registers of word j of this lane's piece: 4 bf16x2 (slot pairs 0..3). */
 static __device__ __forceinline__ void bregs(const bf16 *xp, bool has_x, uint32_t *b)
 {
-    if (BITS == 4) {
-        uint4 u = !has_x ? make_uint4(0, 0, 0, 0) : SH ? *(const uint4 *)xp : __ldg((const uint4 *)xp);
-        b[0] = __byte_perm(u.x, u.z, 0x5410); /* (x0, x4) */
-        b[1] = __byte_perm(u.x, u.z, 0x7632); /* (x1, x5) */
-        b[2] = __byte_perm(u.y, u.w, 0x5410); /* (x2, x6) */
-        b[3] = __byte_perm(u.y, u.w, 0x7632); /* (x3, x7) */
-    } else {
-        uint2 u = !has_x ? make_uint2(0, 0) : SH ? *(const uint2 *)xp : __ldg((const uint2 *)xp);
-        b[0] = __byte_perm(u.x, u.y, 0x5410); /* (x0, x2): low nibbles of v0, v2 */
-        b[1] = times16(b[0]);                 /* high nibbles */
-        b[2] = __byte_perm(u.x, u.y, 0x7632); /* (x1, x3) */
-        b[3] = times16(b[2]);
-    }
+    uint4 u = !has_x ? make_uint4(0, 0, 0, 0) : __ldg((const uint4 *)xp);
+    b[0] = __byte_perm(u.x, u.z, 0x5410); /* (x0, x4) */
+    b[1] = __byte_perm(u.x, u.z, 0x7632); /* (x1, x5) */
+    b[2] = __byte_perm(u.y, u.w, 0x5410); /* (x2, x6) */
+    b[3] = __byte_perm(u.y, u.w, 0x7632); /* (x3, x7) */
 }
 
 /* One step of TP tiles (the slot holds TP stages, one per tile): the
  * activation registers and the sums of x (MMA with A = 1) are made once and
  * serve every tile; each tile's sums see exactly the operations, in the
  * order, they see at TP = 1. */
-template <int BITS, int GROUP, int SDT, bool SH, int TP>
+template <int GROUP, int SDT, int TP>
 static __device__ __forceinline__ void stage_compute(const unsigned char *slot, const bf16 *xl,
                                                      bool has_x, int step, int g, int t,
                                                      float (*acc)[4])
 {
-    typedef qm_cfg<BITS, GROUP> C;
-    constexpr int XW = BITS == 4 ? 8 : 4; /* x values per packed word */
-    constexpr float OFF = BITS == 4 ? 128.0f : 2176.0f; /* sum of A over a value's slots at q = 0 */
-    const uint32_t one = 0x3F803F80u, one_hi = BITS == 4 ? one : 0u;
+    typedef qm_cfg<GROUP> C;
+    constexpr int XW = 8;         /* x values per packed word */
+    constexpr float OFF = 128.0f; /* sum of A over a value's slots at q = 0 */
+    const uint32_t one = 0x3F803F80u;
     uint32_t sv[TP][2][(C::SG + 1) / 2], bv[TP][2][(C::SG + 1) / 2];
 #pragma unroll
     for (int p = 0; p < TP; p++)
@@ -202,7 +177,7 @@ static __device__ __forceinline__ void stage_compute(const unsigned char *slot, 
 #pragma unroll
         for (int j = 0; j < C::PW; j++) {
             uint32_t b[4];
-            bregs<BITS, SH>(xp + j * XW, has_x, b);
+            bregs(xp + j * XW, has_x, b);
 #pragma unroll
             for (int m = 0; m < 2; m++) {
 #pragma unroll
@@ -210,7 +185,7 @@ static __device__ __forceinline__ void stage_compute(const unsigned char *slot, 
                     tk_mma_bf16(cg[p], tk_q4_pair(wa[p][j], 2 * m), tk_q4_pair(wb[p][j], 2 * m),
                                 tk_q4_pair(wa[p][j], 2 * m + 1), tk_q4_pair(wb[p][j], 2 * m + 1),
                                 b[2 * m], b[2 * m + 1]);
-                tk_mma_bf16(xg, one, one, one_hi, one_hi, b[2 * m], b[2 * m + 1]);
+                tk_mma_bf16(xg, one, one, one, one, b[2 * m], b[2 * m + 1]);
             }
         }
 #pragma unroll
@@ -225,20 +200,6 @@ static __device__ __forceinline__ void stage_compute(const unsigned char *slot, 
             acc[p][3] = fmaf(o1, xg[3], fmaf(s1, cg[p][3], acc[p][3]));
         }
     }
-}
-
-/* NP: x[t, :] = bf16(rmsnorm(res[t, :]) * norm_w) for the launch's tokens
- * into shared memory (row stride xhs), by tk_rmsnorm_row as k_rmsnorm_block
- * (cuda_ops.cu) computes it: a 256-thread block, the same sums in the same
- * order. */
-static __device__ __forceinline__ void qm_norm_prologue(const tk_np &np, int n_tok, int dim,
-                                                        bf16 *xh, int xhs)
-{
-    __shared__ float nred[32];
-    for (int tok = 0; tok < n_tok; tok++)
-        tk_rmsnorm_row(np.res + tok * np.res_stride, xh + tok * xhs, dim, np.norm_w, np.wdt,
-                       np.eps, nred);
-    __syncthreads();
 }
 
 /* The RP epilogue: acc[0] / acc[1] hold rows r and r + hd / 2 (r = row0 +
@@ -285,9 +246,9 @@ static __device__ __forceinline__ void qm_rope_store(const tk_rp &rp, const floa
 /* Ring stages per warp: NST at one tile per warp; two stages of TP tiles
  * each above (the same shared memory as NST = 4 at TP = 2, so two blocks
  * still fit an SM). */
-template <int BITS, int GROUP, int TP> struct qm_ring {
-    static constexpr int NS = TP == 1 ? qm_cfg<BITS, GROUP>::NST : 2;
-    static constexpr int BYTES = QM_WARPS * NS * TP * qm_cfg<BITS, GROUP>::STAGE;
+template <int GROUP, int TP> struct qm_ring {
+    static constexpr int NS = TP == 1 ? qm_cfg<GROUP>::NST : 2;
+    static constexpr int BYTES = QM_WARPS * NS * TP * qm_cfg<GROUP>::STAGE;
 };
 
 /* Block: QM_WARPS warps = QM_WARPS / wsplit groups of TP tiles of 16 rows,
@@ -302,17 +263,16 @@ template <int BITS, int GROUP, int TP> struct qm_ring {
  * i0 + g and writes silu(gate) * up (BF16) rounded as tk_silu_mul would
  * from a BF16 gate_up: bitwise the plain kernel then silu_mul (each row's
  * sums do not depend on its place in the tile). */
-template <int BITS, int GROUP, int SDT, bool GLU, bool EPI, bool NP, int TP, bool RP>
+template <int GROUP, int SDT, bool GLU, int TP, bool RP>
 static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
     k_qgemv_mma(const bf16 *__restrict__ x, int xs, int n_tok, const uint32_t *__restrict__ q,
                 const uint16_t *__restrict__ sc, const uint16_t *__restrict__ bi,
                 const void *bias, int bdt, void *y, int ydt, int64_t ys, int in, int out,
-                int wsplit, tk_epi epi, tk_np np, tk_rp rp)
+                int wsplit, tk_rp rp)
 {
-    static_assert(TP == 1 || !(EPI || NP), "TP > 1: plain and GLU only");
-    static_assert(!RP || (TP == 2 && BITS == 4 && !GLU && !EPI && !NP), "RP: 4-bit plain, TP = 2");
-    typedef qm_cfg<BITS, GROUP> C;
-    constexpr int NS = qm_ring<BITS, GROUP, TP>::NS;
+    static_assert(!RP || (TP == 2 && !GLU), "RP: plain, TP = 2");
+    typedef qm_cfg<GROUP> C;
+    constexpr int NS = qm_ring<GROUP, TP>::NS;
     extern __shared__ __align__(16) unsigned char qm_ring_s[];
     __shared__ float red[QM_WARPS][32][4];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -334,7 +294,7 @@ static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
         int i = row0 + (r & 7) < out ? row0 + (r & 7) : out - 1;
         return r < 8 ? i : out + i;
     };
-    int words_row = in / 32 * BITS, groups_row = in / GROUP, n_steps = in / C::SK;
+    int words_row = in / 32 * 4, groups_row = in / GROUP, n_steps = in / C::SK;
     int qoff[TP][C::CH];
     const uint16_t *sb_row[TP];
 #pragma unroll
@@ -344,10 +304,7 @@ static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
         sb_row[p] = (lane < 16 ? sc : bi) + (size_t)trow(p, lane & 15) * groups_row;
     }
     bool has_x = g < n_tok;
-    /* NP: x is the prologue's normalised copy after the rings */
-    bf16 *xh = (bf16 *)(qm_ring_s + qm_ring<BITS, GROUP, TP>::BYTES);
-    const bf16 *xl = NP ? xh + (has_x ? g : 0) * (in + 8) + t * (GROUP / 4)
-                        : x + (size_t)(has_x ? g : 0) * xs + t * (GROUP / 4);
+    const bf16 *xl = x + (size_t)(has_x ? g : 0) * xs + t * (GROUP / 4);
     float acc[TP][4];
 #pragma unroll
     for (int p = 0; p < TP; p++) acc[p][0] = acc[p][1] = acc[p][2] = acc[p][3] = 0.0f;
@@ -358,25 +315,24 @@ static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
         if (i < n_mine)
 #pragma unroll
             for (int p = 0; p < TP; p++)
-                stage_issue<BITS, GROUP>(ring + (i * TP + p) * C::STAGE, q, qoff[p], sb_row[p],
-                                         lane, ks + i * wsplit);
+                stage_issue<GROUP>(ring + (i * TP + p) * C::STAGE, q, qoff[p], sb_row[p], lane,
+                                   ks + i * wsplit);
         cp_commit();
     }
-    tk_pdl_wait(); /* x (and the residual of EPI / NP) come from earlier kernels */
+    tk_pdl_wait(); /* x comes from an earlier kernel */
     tk_pdl_launch();
-    if (NP) qm_norm_prologue(np, n_tok, in, xh, in + 8);
     int slot_c = 0, slot_i = NS - 1;
     for (int n = 0; n < n_mine; n++) {
         if (n + NS - 1 < n_mine)
 #pragma unroll
             for (int p = 0; p < TP; p++)
-                stage_issue<BITS, GROUP>(ring + (slot_i * TP + p) * C::STAGE, q, qoff[p],
-                                         sb_row[p], lane, ks + (n + NS - 1) * wsplit);
+                stage_issue<GROUP>(ring + (slot_i * TP + p) * C::STAGE, q, qoff[p], sb_row[p],
+                                   lane, ks + (n + NS - 1) * wsplit);
         cp_commit();
         cp_wait<NS - 1>();
         __syncwarp();
-        stage_compute<BITS, GROUP, SDT, NP, TP>(ring + slot_c * TP * C::STAGE, xl, has_x,
-                                                ks + n * wsplit, g, t, acc);
+        stage_compute<GROUP, SDT, TP>(ring + slot_c * TP * C::STAGE, xl, has_x, ks + n * wsplit, g,
+                                      t, acc);
         __syncwarp(); /* the slot is refilled next iteration */
         slot_c = slot_c + 1 == NS ? 0 : slot_c + 1;
         slot_i = slot_i + 1 == NS ? 0 : slot_i + 1;
@@ -401,8 +357,8 @@ static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
 #pragma unroll
         for (int p = 0; p < TP; p++) {
             int row0 = tile_of(p) * rpt;
-            if (row0 >= out || ks != 0) { /* EPI: every thread still reaches tk_epi_finish */
-            } else if (GLU) {
+            if (row0 >= out || ks != 0) continue;
+            if (GLU) {
 #pragma unroll
                 for (int c = 0; c < 2; c++) {
                     int i = row0 + g, tok = 2 * t + c;
@@ -421,20 +377,18 @@ static __global__ void __launch_bounds__(QM_WARPS * 32, 2)
                     if (row < out && tok < n_tok) {
                         float v = acc[p][i];
                         if (bias) v += tk_ld(bias, bdt, row);
-                        if (EPI) tk_epi_store(epi, tok, row, v);
-                        else tk_st(y, ydt, tok * ys + row, v);
+                        tk_st(y, ydt, tok * ys + row, v);
                     }
                 }
             }
         }
-    if (EPI) tk_epi_finish<QM_WARPS * 32>(epi, n_tok);
 }
 
-static int qm_step_k(int bits, int group) { return bits == 4 || group == 128 ? 256 : 128; }
+#define QM_STEP_K 256 /* k per ring step (qm_cfg::SK) */
 
-extern "C" int tk_qgemv_mma_split(int bits, int group, int64_t in, int64_t out)
+extern "C" int tk_qgemv_mma_split(int64_t in, int64_t out)
 {
-    int64_t tiles = tk_cdiv(out, 16), n_steps = in / qm_step_k(bits, group);
+    int64_t tiles = tk_cdiv(out, 16), n_steps = in / QM_STEP_K;
     int w = 1;
     while (w < QM_WARPS && tiles * w < QM_TARGET_WARPS && 2 * w <= n_steps) w *= 2;
     return w;
@@ -443,11 +397,11 @@ extern "C" int tk_qgemv_mma_split(int bits, int group, int64_t in, int64_t out)
 extern "C" int tk_qgemv_mma_ok(const struct tk_qmat *m, const void *x, int xdt, int64_t x_stride,
                                int64_t in, int64_t out)
 {
-    if (!(m->bits == 4 || m->bits == 8) || !(m->sdt == TK_BF16 || m->sdt == TK_F16) ||
+    if (m->bits != 4 || !(m->sdt == TK_BF16 || m->sdt == TK_F16) ||
         !(m->group == 32 || m->group == 64 || m->group == 128) || xdt != TK_BF16)
         return 0;
-    int sk = qm_step_k(m->bits, m->group), salign = 2 * (sk / m->group);
-    return in > 0 && in % sk == 0 && out > 0 && in < (1 << 30) && out < (1 << 30) &&
+    int salign = 2 * (QM_STEP_K / m->group);
+    return in > 0 && in % QM_STEP_K == 0 && out > 0 && in < (1 << 30) && out < (1 << 30) &&
            x_stride % 8 == 0 && x_stride < (1 << 30) &&
            ((uintptr_t)x | (uintptr_t)m->q) % 16 == 0 &&
            ((uintptr_t)m->scales | (uintptr_t)m->biases) % (uintptr_t)salign == 0;
@@ -455,169 +409,92 @@ extern "C" int tk_qgemv_mma_ok(const struct tk_qmat *m, const void *x, int xdt, 
 
 typedef cudaError_t (*qm_fn)(cudaStream_t, const struct tk_qmat *, const void *, int, int,
                              const void *, int, void *, int, int64_t, int, int, int,
-                             const struct tk_epi *, const struct tk_np *, const struct tk_rp *);
-
-/* Shared memory the NP variant adds for n_tok tokens of in values. */
-static int qm_np_bytes(int n_tok, int in) { return n_tok * (in + 8) * 2; }
+                             const struct tk_rp *);
 
 /* out: rows (GLU: ff, the kernel covering 2 ff rows in 16-row tiles). */
-template <int BITS, int GROUP, int SDT, bool GLU, bool EPI, bool NP, int TP, bool RP = false>
+template <int GROUP, int SDT, bool GLU, int TP, bool RP = false>
 static cudaError_t qm_launch(cudaStream_t st, const struct tk_qmat *m, const void *x, int xs,
                              int n_tok, const void *bias, int bdt, void *y, int ydt, int64_t ys,
-                             int in, int out, int wsplit, const struct tk_epi *epi,
-                             const struct tk_np *np, const struct tk_rp *rp)
+                             int in, int out, int wsplit, const struct tk_rp *rp)
 {
-    int ring = qm_ring<BITS, GROUP, TP>::BYTES, dev = 0;
-    int smem = ring + (NP ? qm_np_bytes(n_tok, in) : 0);
+    int ring = qm_ring<GROUP, TP>::BYTES, dev = 0;
     /* Above 48 KB of shared memory, once per device (racing threads set the
      * same value; not a stream operation, so legal while capturing a graph). */
     static unsigned attr_set;
     if (cudaGetDevice(&dev) == cudaSuccess && dev < 32 && !((attr_set >> dev) & 1u)) {
-        cudaFuncSetAttribute(k_qgemv_mma<BITS, GROUP, SDT, GLU, EPI, NP, TP, RP>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             ring + (NP ? qm_np_bytes(TK_NP_MAX_T, 8192) : 0));
+        cudaFuncSetAttribute(k_qgemv_mma<GROUP, SDT, GLU, TP, RP>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, ring);
         attr_set |= 1u << dev;
     }
     int64_t tiles = tk_cdiv(GLU ? 2 * (int64_t)out : out, 16);
     unsigned blocks = (unsigned)tk_cdiv(tk_cdiv(tiles, TP), QM_WARPS / wsplit);
-    struct tk_epi none = {};
-    struct tk_np no_np = {};
     struct tk_rp no_rp = {};
-    return tk_launch(k_qgemv_mma<BITS, GROUP, SDT, GLU, EPI, NP, TP, RP>, dim3(blocks),
-                     dim3(QM_WARPS * 32), (size_t)smem, st, (const bf16 *)x, xs, n_tok,
-                     (const uint32_t *)m->q, (const uint16_t *)m->scales,
-                     (const uint16_t *)m->biases, bias, bdt, y, ydt, ys, in, out, wsplit,
-                     EPI ? *epi : none, NP ? *np : no_np, RP ? *rp : no_rp);
+    return tk_launch(k_qgemv_mma<GROUP, SDT, GLU, TP, RP>, dim3(blocks), dim3(QM_WARPS * 32),
+                     (size_t)ring, st, (const bf16 *)x, xs, n_tok, (const uint32_t *)m->q,
+                     (const uint16_t *)m->scales, (const uint16_t *)m->biases, bias, bdt, y, ydt,
+                     ys, in, out, wsplit, RP ? *rp : no_rp);
 }
 
-#define QM_ROW(B, L, E, N, TP)                                                                     \
-    {qm_launch<B, 32, TK_BF16, L, E, N, TP>, qm_launch<B, 64, TK_BF16, L, E, N, TP>,              \
-     qm_launch<B, 128, TK_BF16, L, E, N, TP>},                                                    \
-        {qm_launch<B, 32, TK_F16, L, E, N, TP>, qm_launch<B, 64, TK_F16, L, E, N, TP>,            \
-         qm_launch<B, 128, TK_F16, L, E, N, TP>}
+/* One kernel variant per (scale dtype, group). */
+#define QM_ROW(L, TP, RP)                                                                          \
+    {{qm_launch<32, TK_BF16, L, TP, RP>, qm_launch<64, TK_BF16, L, TP, RP>,                        \
+      qm_launch<128, TK_BF16, L, TP, RP>},                                                         \
+     {qm_launch<32, TK_F16, L, TP, RP>, qm_launch<64, TK_F16, L, TP, RP>,                          \
+      qm_launch<128, TK_F16, L, TP, RP>}}
 
 /* Tiles per warp for a weight of `rows` rows (a GLU weight's 2 ff): 2 for
- * the widest 4-bit ones (>= 1024 tiles: the 8B shape's gate_up and
- * lm_head; H200, dev/kernels/tp_lab.cu, 2026-11-30: 8.6% and 12% faster
- * there, no gain on 4096 / 6144 rows), else 1; TERN_QMMA_TP=1 keeps 1. A
- * weight's choice never depends on the token count. */
-static int qm_tp(int bits, int64_t rows)
-{
-    const char *e = getenv("TERN_QMMA_TP"); /* read per call: tests switch it */
-    return !(e && strcmp(e, "1") == 0) && bits == 4 && tk_cdiv(rows, 16) >= 1024 ? 2 : 1;
-}
-
-extern "C" int tk_qgemv_mma_tp(int bits, int64_t rows) { return qm_tp(bits, rows); }
-
-extern "C" cudaError_t tk_qgemv_mma(cudaStream_t st, const struct tk_qmat *m, const void *x,
-                                    int64_t x_stride, const void *bias, int bdt, void *y, int ydt,
-                                    int64_t y_stride, int64_t n_tok, int64_t in, int64_t out)
-{
-    return tk_qgemv_mma_split_as(st, m, x, x_stride, bias, bdt, y, ydt, y_stride, n_tok, in, out,
-                                 tk_qgemv_mma_split(m->bits, m->group, in, out));
-}
+ * the widest ones (>= 1024 tiles: the 8B shape's gate_up and lm_head;
+ * H200, dev/kernels/tp_lab.cu, 2026-11-30: 8.6% and 12% faster there, no
+ * gain on 4096 / 6144 rows), else 1. A weight's choice never depends on the
+ * token count. */
+extern "C" int tk_qgemv_mma_tp(int64_t rows) { return tk_cdiv(rows, 16) >= 1024 ? 2 : 1; }
 
 /* The launches of 8 tokens each of one kernel variant: token t0's x row,
- * y row t0 (y_stride elements of ydt apart) and, for EPI, residual / h
- * rows t0. */
-static cudaError_t qm_passes(const qm_fn (&table)[2][2][3], cudaStream_t st,
-                             const struct tk_qmat *m, const void *x, int64_t x_stride,
-                             const void *bias, int bdt, void *y, int ydt, int64_t y_stride,
-                             int64_t n_tok, int64_t in, int64_t out, int wsplit,
-                             const struct tk_epi *epi, const struct tk_np *np,
-                             const struct tk_rp *rp = NULL)
+ * y row t0 (y_stride elements of ydt apart) and, for RP, positions and
+ * slots from t0. */
+static cudaError_t qm_passes(const qm_fn (&table)[2][3], cudaStream_t st, const struct tk_qmat *m,
+                             const void *x, int64_t x_stride, const void *bias, int bdt, void *y,
+                             int ydt, int64_t y_stride, int64_t n_tok, int64_t in, int64_t out,
+                             int wsplit, const struct tk_rp *rp = NULL)
 {
     if (n_tok <= 0 || out <= 0) return cudaSuccess;
     if (!(wsplit == 1 || wsplit == 2 || wsplit == 4 || wsplit == 8)) return cudaErrorInvalidValue;
-    qm_fn f = table[m->bits == 8][m->sdt == TK_F16][m->group == 32 ? 0 : m->group == 64 ? 1 : 2];
+    qm_fn f = table[m->sdt == TK_F16][m->group == 32 ? 0 : m->group == 64 ? 1 : 2];
     size_t ysz = ydt == TK_F32 ? 4 : 2;
     for (int64_t t0 = 0; t0 < n_tok; t0 += 8) {
         int nt = (int)(n_tok - t0 < 8 ? n_tok - t0 : 8);
-        struct tk_epi e = {};
-        struct tk_np p = {};
         struct tk_rp r = {};
         if (rp) {
             r = *rp;
             r.pos += t0, r.slots += t0;
         }
-        if (np) {
-            p = *np;
-            p.res += t0 * p.res_stride;
-        }
-        if (epi) {
-            e = *epi;
-            e.res += t0 * e.res_stride;
-            if (e.h) e.h = (bf16 *)e.h + t0 * e.h_stride;
-        }
         cudaError_t err = f(st, m, (const bf16 *)x + t0 * x_stride, (int)x_stride, nt, bias, bdt,
-                            y ? (char *)y + (size_t)(t0 * y_stride) * ysz : NULL, ydt, y_stride,
-                            (int)in, (int)out, wsplit, epi ? &e : NULL, np ? &p : NULL,
-                            rp ? &r : NULL);
+                            (char *)y + (size_t)(t0 * y_stride) * ysz, ydt, y_stride, (int)in,
+                            (int)out, wsplit, rp ? &r : NULL);
         if (err != cudaSuccess) return err;
     }
     return cudaSuccess;
 }
 
-extern "C" cudaError_t tk_qgemv_mma_split_as(cudaStream_t st, const struct tk_qmat *m,
-                                             const void *x, int64_t x_stride, const void *bias,
-                                             int bdt, void *y, int ydt, int64_t y_stride,
-                                             int64_t n_tok, int64_t in, int64_t out, int wsplit)
+extern "C" cudaError_t tk_qgemv_mma(cudaStream_t st, const struct tk_qmat *m, const void *x,
+                                    int64_t x_stride, const void *bias, int bdt, void *y, int ydt,
+                                    int64_t y_stride, int64_t n_tok, int64_t in, int64_t out)
 {
-    static const qm_fn table[2][2][3] = {{QM_ROW(4, false, false, false, 1)},
-                                         {QM_ROW(8, false, false, false, 1)}};
-    static const qm_fn table2[2][2][3] = {{QM_ROW(4, false, false, false, 2)},
-                                          {QM_ROW(8, false, false, false, 1)}};
-    return qm_passes(qm_tp(m->bits, out) == 2 ? table2 : table, st, m, x, x_stride, bias, bdt, y,
-                     ydt, y_stride, n_tok, in, out, wsplit, NULL, NULL);
+    static const qm_fn table[2][3] = QM_ROW(false, 1, false);
+    static const qm_fn table2[2][3] = QM_ROW(false, 2, false);
+    return qm_passes(tk_qgemv_mma_tp(out) == 2 ? table2 : table, st, m, x, x_stride, bias, bdt, y,
+                     ydt, y_stride, n_tok, in, out, tk_qgemv_mma_split(in, out));
 }
 
 extern "C" cudaError_t tk_qgemv_mma_glu(cudaStream_t st, const struct tk_qmat *m, const void *x,
                                         int64_t x_stride, const void *bias, int bdt, void *act,
                                         int64_t act_stride, int64_t n_tok, int64_t in, int64_t ff)
 {
-    static const qm_fn table[2][2][3] = {{QM_ROW(4, true, false, false, 1)},
-                                         {QM_ROW(8, true, false, false, 1)}};
-    static const qm_fn table2[2][2][3] = {{QM_ROW(4, true, false, false, 2)},
-                                          {QM_ROW(8, true, false, false, 1)}};
+    static const qm_fn table[2][3] = QM_ROW(true, 1, false);
+    static const qm_fn table2[2][3] = QM_ROW(true, 2, false);
     /* the plain kernel's split for the [2 ff, in] weight: same windows per warp */
-    return qm_passes(qm_tp(m->bits, 2 * ff) == 2 ? table2 : table, st, m, x, x_stride, bias, bdt,
-                     act, TK_BF16, act_stride, n_tok, in, ff,
-                     tk_qgemv_mma_split(m->bits, m->group, in, 2 * ff), NULL, NULL);
-}
-
-extern "C" cudaError_t tk_qgemv_mma_epi(cudaStream_t st, const struct tk_qmat *m, const void *x,
-                                        int64_t x_stride, const void *bias, int bdt,
-                                        const struct tk_epi *e, int64_t n_tok, int64_t in,
-                                        int64_t out)
-{
-    static const qm_fn table[2][2][3] = {{QM_ROW(4, false, true, false, 1)},
-                                         {QM_ROW(8, false, true, false, 1)}};
-    if (e->dim != out) return cudaErrorInvalidValue;
-    return qm_passes(table, st, m, x, x_stride, bias, bdt, NULL, TK_BF16, 0, n_tok, in, out,
-                     tk_qgemv_mma_split(m->bits, m->group, in, out), e, NULL);
-}
-
-extern "C" int tk_qgemv_mma_np_ok(const struct tk_qmat *m, int64_t n_tok, int64_t in)
-{
-    return m->bits == 4 && n_tok >= 1 && n_tok <= TK_NP_MAX_T && in > 512 && in <= 8192 &&
-           in % 256 == 0;
-}
-
-extern "C" cudaError_t tk_qgemv_mma_np(cudaStream_t st, const struct tk_qmat *m,
-                                       const struct tk_np *np, const void *bias, int bdt, void *y,
-                                       int ydt, int64_t y_stride, int64_t n_tok, int64_t in,
-                                       int64_t out, int glu)
-{
-    /* 4 bits only: the 8-bit half of each table repeats the 4-bit kernels
-     * and is never selected (tk_qgemv_mma_np_ok) */
-    static const qm_fn plain[2][2][3] = {{QM_ROW(4, false, false, true, 1)},
-                                         {QM_ROW(4, false, false, true, 1)}};
-    static const qm_fn gl[2][2][3] = {{QM_ROW(4, true, false, true, 1)},
-                                      {QM_ROW(4, true, false, true, 1)}};
-    if (!tk_qgemv_mma_np_ok(m, n_tok, in)) return cudaErrorInvalidValue;
-    int64_t rows = glu ? 2 * out : out;
-    return qm_passes(glu ? gl : plain, st, m, NULL, in, bias, bdt, y, glu ? TK_BF16 : ydt, y_stride,
-                     n_tok, in, out, tk_qgemv_mma_split(m->bits, m->group, in, rows), NULL, np);
+    return qm_passes(tk_qgemv_mma_tp(2 * ff) == 2 ? table2 : table, st, m, x, x_stride, bias, bdt,
+                     act, TK_BF16, act_stride, n_tok, in, ff, tk_qgemv_mma_split(in, 2 * ff));
 }
 
 extern "C" int tk_qgemv_mma_rope_ok(const struct tk_qmat *m, const struct tk_rp *rp, int64_t out)
@@ -631,14 +508,8 @@ extern "C" cudaError_t tk_qgemv_mma_rope(cudaStream_t st, const struct tk_qmat *
                                          int64_t qkv_stride, const struct tk_rp *rp,
                                          int64_t n_tok, int64_t in, int64_t out)
 {
-#define QM_RP(G, S) qm_launch<4, G, S, false, false, false, 2, true>
-    static const qm_fn table[2][2][3] = {
-        {{QM_RP(32, TK_BF16), QM_RP(64, TK_BF16), QM_RP(128, TK_BF16)},
-         {QM_RP(32, TK_F16), QM_RP(64, TK_F16), QM_RP(128, TK_F16)}},
-        {{QM_RP(32, TK_BF16), QM_RP(64, TK_BF16), QM_RP(128, TK_BF16)},
-         {QM_RP(32, TK_F16), QM_RP(64, TK_F16), QM_RP(128, TK_F16)}}}; /* 8 bits: never taken */
-#undef QM_RP
+    static const qm_fn table[2][3] = QM_ROW(false, 2, true);
     if (!tk_qgemv_mma_rope_ok(m, rp, out)) return cudaErrorInvalidValue;
     return qm_passes(table, st, m, x, x_stride, bias, bdt, qkv, TK_BF16, qkv_stride, n_tok, in, out,
-                     tk_qgemv_mma_split(m->bits, m->group, in, out), NULL, NULL, rp);
+                     tk_qgemv_mma_split(in, out), rp);
 }

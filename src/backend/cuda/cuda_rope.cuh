@@ -1,9 +1,10 @@
 /*
  * cuda_rope.cuh — the per-head arithmetic of the attention prologue, shared
  * by every kernel that applies it (cuda_ops.cu: rope and qk_rope_store;
- * cuda_attn_decode.cu: the decode attention that folds the prologue in), so
- * that they give the same bits: a rotary pair's cos / sin, the rotation of
- * the pair, and a head's RMSNorm over a warp's row in shared memory. The
+ * cuda_quant_mma.cu: the qkv GEMV's rotary epilogue; cuda_step.cu: the
+ * decode step), so that they give the same bits: a rotary pair's cos / sin,
+ * the rotation of the pair, and a head's RMSNorm over a warp's row in
+ * shared memory (qk_rope_store's). The
  * multiplies and FMAs are spelled out as intrinsics because with plain
  * expressions the compiler contracted them differently in two kernels (one
  * last-bit difference on the H200). CUDA C++ only. Depends on

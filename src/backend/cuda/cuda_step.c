@@ -7,7 +7,10 @@
  * batched decode keep reading) and picks each GEMV's warps per tile so the
  * op balances over the grid. step_run points the argument block at the
  * batch, the caches and the scratch, and launches (graph-capturable).
- * TERN_CUDA_STEP=0 turns the op off (cuda.c).
+ * TERN_CUDA_STEP=0 turns the op off (cuda.c); TERN_CUDA_STEP_STAMPS=FILE
+ * launches the instrumented kernel and writes the last step's per-op
+ * timestamps to FILE when the plan is freed (write_stamps, for
+ * scripts/step-stamps.py).
  */
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_step.h"
@@ -25,27 +28,13 @@ struct tern_step_plan {
     int grid;
     int64_t E, vocab;
     unsigned long long *stamps; /* TERN_CUDA_STEP_STAMPS: written to that file by step_free */
+    char *stamps_path;          /* the file, as the variable was at step_prepare */
     void *scratch; /* the epoch counter, the argmax's key and count, then the LL lines */
 };
 
 static enum tern_status unsupported(const char *why)
 {
     return tern_error(TERN_E_UNSUPPORTED, "decode step kernel: %s", why);
-}
-
-/* The integer in environment variable name, def when unset; out of
- * [lo, hi] or not a number: def, with a warning naming it. */
-static int env_int(const char *name, int lo, int hi, int def)
-{
-    const char *v = getenv(name);
-    if (!v || !*v) return def;
-    char *end = NULL;
-    long x = strtol(v, &end, 10);
-    if (*end || x < lo || x > hi) {
-        tern_log(TERN_LOG_WARN, "%s=%s ignored: an integer in [%d, %d] expected", name, v, lo, hi);
-        return def;
-    }
-    return (int)x;
 }
 
 /* A 4-bit group-64 linear with BF16 scales and biases, no additive bias,
@@ -131,8 +120,6 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
     if (max_splits > grid / (int)nkv) max_splits = grid / (int)nkv;
     if (max_splits > 64) max_splits = 64;
     if (max_splits < 1) return unsupported("too many kv heads for the grid");
-    /* experiment: fewer splits (longer items, less merging) */
-    max_splits = env_int("TERN_CUDA_STEP_SPLITS", 1, max_splits, max_splits);
 
     struct tern_step_plan *p = tern_calloc(1, sizeof *p);
     if (!p) return TERN_E_NO_MEMORY;
@@ -173,15 +160,6 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
         /* o and down: the residual rows of the block's tiles wait in its stash */
         int lks =
             pick_lks(tiles, nG, grid, kind == 1 || kind == 3 ? TK_STEP_STASH_TILES : INT64_MAX);
-        /* experiment: o and down with 1 << TERN_CUDA_STEP_LKS_OD warps per tile
-         * (where that fits: tiles over more blocks, none idle) */
-        int lks_od = env_int("TERN_CUDA_STEP_LKS_OD", -1, 4, -1);
-        if ((kind == 1 || kind == 3) && lks_od >= 0 && nG % (1 << lks_od) == 0) {
-            int64_t units = (int64_t)grid * (TK_STEP_NW >> lks_od),
-                    lt = (tiles + units - 1) / units;
-            if (lt <= TK_STEP_LT && lt * (TK_STEP_NW >> lks_od) <= TK_STEP_STASH_TILES)
-                lks = lks_od;
-        }
         if (lks < 0) {
             st = unsupported("an op has too many tiles for the grid");
             goto fail;
@@ -243,23 +221,15 @@ enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct te
     a->max_splits = max_splits;
     cudaError_t e = cudaMemcpyAsync(p->ops_dev, ops, (size_t)p->n_ops * sizeof *ops,
                                     cudaMemcpyHostToDevice, c->stream);
-    /* experiments (docs/perf/quant.md): ring depth, poll sleep, timing-only
-     * variants; a value out of range is ignored with a warning */
-    a->depth = env_int("TERN_CUDA_STEP_DEPTH", 1, 4, 4);
-    a->pf = env_int("TERN_CUDA_STEP_PF", 0, 64, 0);
-    a->pf_ops = env_int("TERN_CUDA_STEP_PF_OPS", 0, 31, 15);
-    tk_step_set_spin((unsigned)env_int("TERN_CUDA_STEP_SPIN_NS", 0, 100000, 0));
-    a->tune = env_int("TERN_CUDA_STEP_TUNE", 0, 8191, 0);
-    if (a->tune & 152)
-        tern_log(TERN_LOG_WARN,
-                 "decode step kernel: TERN_CUDA_STEP_TUNE=%d gives wrong logits "
-                 "(timing only)",
-                 a->tune);
-    if (getenv("TERN_CUDA_STEP_STAMPS")) {
-        size_t sb = (size_t)p->n_ops * (size_t)grid * TK_STEP_STAMPS * sizeof *p->stamps;
+    const char *stamps_path = getenv("TERN_CUDA_STEP_STAMPS");
+    if (stamps_path && (p->stamps_path = tern_strdup(stamps_path))) {
+        /* the stamps, then the latest exit, the launch count and the gaps */
+        size_t sb = ((size_t)p->n_ops * (size_t)grid * TK_STEP_STAMPS + 2 + TK_STEP_GAPS) *
+                    sizeof *p->stamps;
         if (cudaMalloc((void **)&p->stamps, sb) != cudaSuccess ||
             cudaMemset(p->stamps, 0, sb) != cudaSuccess) {
             cudaGetLastError();
+            cudaFree(p->stamps);
             p->stamps = NULL;
         }
         a->stamps = p->stamps;
@@ -396,9 +366,10 @@ void tern_cuda_step_free(struct tern_backend *be, struct tern_step_plan *p)
     if (!p) return;
     struct tern_cuda *c = tern_cuda_of(be);
     if (p->stamps) {
-        write_stamps(c, p, getenv("TERN_CUDA_STEP_STAMPS"));
+        write_stamps(c, p, p->stamps_path);
         cudaFree(p->stamps);
     }
+    tern_free(p->stamps_path);
     if (p->rec)
         for (int i = 0; i < p->n_ops; i++) cudaFree(p->rec[i]);
     cudaFree(p->ops_dev);

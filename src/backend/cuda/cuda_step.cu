@@ -198,10 +198,10 @@ static __device__ __forceinline__ void st_issue(const char *src, int n, uint32_t
 }
 
 /* The GEMV loop's refill of the stage just consumed (stg), called by every
- * lane: in the plain kernel (ring depth ST_S, so the next issue's stage is
- * stg) an elected lane issues it (st_bulk_elect: no branch around it); in
- * the instrumented one lane 0 issues into `issued % ST_S` (the depth may be
- * lower) with its cycles added to cyc. */
+ * lane: in the plain kernel an elected lane issues it (st_bulk_elect: no
+ * branch around it); in the instrumented one lane 0 issues into `issued %
+ * ST_S` (the same stage: the ring is always full) with its cycles added to
+ * cyc. */
 template <bool INSTR>
 static __device__ __forceinline__ void st_refill(const char *src, int n, uint32_t ring0,
                                                  uint32_t bar0, uint32_t stg, uint32_t issued,
@@ -214,19 +214,6 @@ static __device__ __forceinline__ void st_refill(const char *src, int n, uint32_
         const uint32_t t0 = (uint32_t)clock();
         st_issue(src, n, ring0, bar0, issued, pol);
         cyc += (uint32_t)clock() - t0;
-    }
-}
-
-/* Lane 0: the a.pf chunks after the ring's next (n records at src, the
- * cursor c past them) into L2, so the stream goes on while x is awaited. */
-static __device__ __forceinline__ void st_l2_ahead(st_cur c, const char *src, int n,
-                                                   const tk_step_args &a, int n_ops, int warp)
-{
-    for (int i = 0; i < a.pf && n; i++) {
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src),
-                     "r"((uint32_t)n * ST_REC * 16)
-                     : "memory");
-        n = st_advance(c, a, n_ops, warp, src);
     }
 }
 
@@ -571,10 +558,9 @@ static __device__ __noinline__ void st_argmax(const float *logits, int vocab, in
 
 /* ---------------------------------------------------------------- the step */
 
-/* INSTR: the instrumented kernel, launched when stamps (TERN_CUDA_STEP_STAMPS),
- * a timing-only TERN_CUDA_STEP_TUNE or the L2 prefetch (TERN_CUDA_STEP_PF)
- * is asked for; the plain one has none of their code (each was a branch in
- * cold code, some in the GEMV loop: ~+1% without the stamps alone) */
+/* INSTR: the instrumented kernel, launched when stamps are asked for
+ * (TERN_CUDA_STEP_STAMPS); the plain one has none of their code (their
+ * branches, in cold code and in the GEMV loop, cost it ~1%) */
 template <bool INSTR>
 static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_args a)
 {
@@ -598,7 +584,6 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         x[2 + k % TK_STEP_GAPS] = x[0] ? t_in - x[0] : 0ull;
     }
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int tune = INSTR ? a.tune : 0; /* timing-only switches: the instrumented kernel's */
     uint4 *ring = (uint4 *)smem + (size_t)warp * ST_S * ST_C * ST_REC;
     bf16 *xs = (bf16 *)(smem + ST_RING_BYTES);
     float *parts = (float *)(smem + ST_RING_BYTES + ST_X_BYTES);
@@ -614,11 +599,10 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
     st_start_op(c, a, 0, n_ops, warp);
     uint32_t issued = 0, used = 0;
     const char *nsrc = NULL; /* the next chunk to issue: nn records at nsrc */
-    int nn = tune & 128 ? 0 : st_advance(c, a, n_ops, warp, nsrc);
-    /* the plain kernel's ring is always full (depth ST_S): a refill goes to
-     * the stage just consumed, whose addresses the loop has at hand */
-    const int depth = INSTR ? a.depth : ST_S;
-    for (int i = 0; i < depth && nn; i++) {
+    int nn = st_advance(c, a, n_ops, warp, nsrc);
+    /* the ring is always full (depth ST_S): a refill goes to the stage just
+     * consumed, whose addresses the loop has at hand */
+    for (int i = 0; i < ST_S && nn; i++) {
         if (lane == 0) st_issue(nsrc, nn, ring0, bar0, issued, pol);
         issued++;
         nn = st_advance(c, a, n_ops, warp, nsrc);
@@ -658,8 +642,6 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
         __syncthreads(); /* the last op's epilogue is done with parts and stash */
         st_stamp<INSTR>(a, op, 0);
         if (o.kind == ST_QKV) st_kv_prefetch(a, &P, layer);
-        if (INSTR && a.pf && (a.pf_ops >> o.kind & 1) && lane == 0)
-            st_l2_ahead(c, nsrc, nn, a, n_ops, warp);
         if (threadIdx.x == 0) xscale = 1.0f; /* ordered before st_finish by the barriers below */
         if (INSTR && threadIdx.x < 4) gdiag[threadIdx.x] = 0u;
         /* x as f16 (times xmul), into xs and xsum; the largest magnitude */
@@ -674,26 +656,20 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
                            xsum, red, (float2 *)parts, stash,
                            o.kind == ST_LM ? -1 : a.ops[op + 1].lks, xmul);
         };
-        float mx = 0.0f;
-        if (tune & 8) { /* experiment: no phases (x as it is) */
-        } else {
-            if (o.kind == ST_O) {               /* the attention, then its output as x */
-                const int dbl = tune >> 12 & 1; /* TUNE & 4096: each item twice (timing) */
-                for (int v = 0;; v++) {
-                    int it = blockIdx.x + (v >> dbl) * gridDim.x;
-                    if (it >= a.nkv * P.n_sp) break;
-                    st_att_item<INSTR>(a, &P, op, layer, it == blockIdx.x ? P.att_h : it / P.n_sp,
-                                       it == blockIdx.x ? P.att_sp : it % P.n_sp, P.n_sp, P.spl,
-                                       att, f);
-                    __syncthreads(); /* the item's shared memory before the next */
-                }
+        if (o.kind == ST_O) { /* the attention, then its output as x */
+            for (int v = 0;; v++) {
+                int it = blockIdx.x + v * gridDim.x;
+                if (it >= a.nkv * P.n_sp) break;
+                st_att_item<INSTR>(a, &P, op, layer, it == blockIdx.x ? P.att_h : it / P.n_sp,
+                                   it == blockIdx.x ? P.att_sp : it % P.n_sp, P.n_sp, P.spl, att,
+                                   f);
+                __syncthreads(); /* the item's shared memory before the next */
             }
-            mx = write_x(1.0f);
         }
+        float mx = write_x(1.0f);
         /* the barrier after x also says whether a value was beyond f16 (rare:
-         * x again times 2^-e, the op's sums scaled back in st_finish; TUNE &
-         * 256 forces it with e = 1, for the test) */
-        if (__syncthreads_or(mx > 65504.0f || (tune & 256))) {
+         * x again times 2^-e, the op's sums scaled back in st_finish) */
+        if (__syncthreads_or(mx > 65504.0f)) {
             atomicMax(&xmax, __float_as_uint(mx)); /* magnitudes order as their bits */
             __syncthreads();
             float m = __uint_as_float(xmax);
@@ -723,16 +699,12 @@ static __global__ void __launch_bounds__(ST_NW * 32, 1) k_step(const tk_step_arg
             const uint4 *xg = (const uint4 *)(xs + 64 * G + 16 * t);
             uint32_t stg = used % ST_S;
             const uint32_t tw = INSTR ? (uint32_t)clock() : 0u;
-            if (!(tune & 128) && !ready) st_wait(bar0 + 8 * stg, (used / ST_S) & 1u);
+            if (!ready) st_wait(bar0 + 8 * stg, (used / ST_S) & 1u);
             ready = false;
             if (INSTR) dg_w += (uint32_t)clock() - tw;
             const uint4 *sp = ring + stg * ST_C * ST_REC;
             const bool refill = nn != 0;
-            if (tune & 16) { /* experiment: no arithmetic */
-                used++;
-                __syncwarp();
-                if (refill) st_refill<INSTR>(nsrc, nn, ring0, bar0, stg, issued, pol, lane, dg_i);
-            } else if (ng == ST_C) {
+            if (ng == ST_C) {
                 /* a full chunk: its records into registers, the stage refilled at
                  * once, then the records' chains interleave */
                 uint4 w[ST_C];
@@ -822,15 +794,10 @@ extern "C" cudaError_t tk_step_launch(cudaStream_t st, const tk_step_args *a, in
         attr_done = dev;
     }
     void *args[] = {(void *)a};
-    const bool instr = a->stamps || a->tune || a->pf || a->depth != ST_S;
+    const bool instr = a->stamps != NULL;
     const void *fn = instr ? (const void *)k_step<true> : (const void *)k_step<false>;
     return cudaLaunchCooperativeKernel(fn, dim3((unsigned)grid), dim3(ST_NW * 32), args,
                                        tk_step_smem_bytes(), st);
-}
-
-extern "C" cudaError_t tk_step_set_spin(unsigned ns)
-{
-    return cudaMemcpyToSymbol(st_spin_ns, &ns, sizeof ns);
 }
 
 extern "C" cudaError_t tk_step_fits(int *blocks_per_sm)

@@ -3,8 +3,9 @@
  * (cuda_step.cu), shared with the kernel labs that prototype it
  * (dev/kernels/q8_common.cuh): a record is one 16-row tile's 64-k group,
  * 512 bytes of mma.m16n8k16 A fragments then the 8 (scale, bias) pairs
- * (cuda_step.cu's header has the nibble map). CUDA C++ only. Depends on
- * cuda_qmma.cuh (tk_mma_bf16).
+ * (cuda_step.cu's header has the nibble map), and the ring of bulk copies
+ * that brings records in. CUDA C++ only. Depends on cuda_qmma.cuh
+ * (tk_mma_f16).
  */
 #ifndef TERN_CUDA_STEP_CUH
 #define TERN_CUDA_STEP_CUH
@@ -71,48 +72,6 @@ static __device__ __forceinline__ bool st_test(uint32_t bar, uint32_t parity)
                  : "r"(bar), "r"(parity)
                  : "memory");
     return ok != 0u;
-}
-
-/* Word v (one k-step) of a record as the 4 A registers of its MMA: each
- * nibble q as bf16 (128 + q) (magic: 0x43004300). */
-static __device__ __forceinline__ void st_unpack(uint32_t v, uint32_t magic, uint32_t *a)
-{
-#pragma unroll
-    for (int j = 0; j < 4; j++)
-        asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;" : "=r"(a[j]) : "r"(v >> (4 * j)), "r"(magic));
-}
-
-/* The record's scales of rows g and g + 8 and their offsets b - 128 s. */
-static __device__ __forceinline__ void st_affine(uint2 sbv, float &s0, float &s1, float &o0,
-                                                 float &o1)
-{
-    s0 = __uint_as_float(sbv.x << 16), s1 = __uint_as_float(sbv.x & 0xffff0000u);
-    o0 = fmaf(-128.0f, s0, __uint_as_float(sbv.y << 16));
-    o1 = fmaf(-128.0f, s1, __uint_as_float(sbv.y & 0xffff0000u));
-}
-
-/* One record into a lane's 4 sums (magic: 0x43004300, bf16 128 in each
- * half, in a register): 8 MMAs, per group acc += s C + (b - 128 s) X. */
-static __device__ __forceinline__ void st_group(const uint4 w, const uint4 xa, const uint4 xb,
-                                                uint2 sbv, uint32_t magic, float *acc)
-{
-    float cg[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xg[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const uint32_t ww[4] = {w.x, w.y, w.z, w.w};
-    const uint32_t xr[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-    const uint32_t one = 0x3F803F80u;
-#pragma unroll
-    for (int s = 0; s < 4; s++) {
-        uint32_t a[4];
-        st_unpack(ww[s], magic, a);
-        tk_mma_bf16(cg, a[0], a[1], a[2], a[3], xr[2 * s], xr[2 * s + 1]);
-        tk_mma_bf16(xg, one, one, one, one, xr[2 * s], xr[2 * s + 1]);
-    }
-    float s0, s1, o0, o1;
-    st_affine(sbv, s0, s1, o0, o1);
-    acc[0] = fmaf(o0, xg[0], fmaf(s0, cg[0], acc[0]));
-    acc[1] = fmaf(o0, xg[1], fmaf(s0, cg[1], acc[1]));
-    acc[2] = fmaf(o1, xg[2], fmaf(s1, cg[2], acc[2]));
-    acc[3] = fmaf(o1, xg[3], fmaf(s1, cg[3], acc[3]));
 }
 
 /* Word pair (w0, w1) of a record (f16 layout, st_group1) as the A

@@ -72,20 +72,8 @@ typedef struct tk_step_args {
      * then its attention item's steps, op 0's block SM, and the GEMV
      * loop's SM cycles summed over the block's warps: in ring waits, in the
      * loop's first iteration, in lane 0's refill issues, in the loop
-     * (TERN_CUDA_STEP_STAMPS) */
+     * (TERN_CUDA_STEP_STAMPS; then the instrumented kernel runs) */
     unsigned long long *stamps;
-    int depth; /* ring chunks in flight per warp, 1 .. 4 (TERN_CUDA_STEP_DEPTH) */
-    /* chunks per warp beyond its ring prefetched into L2 when an op of a
-     * kind in pf_ops (bit = kind: 1 qkv, 2 o, 4 gate_up, 8 down, 16
-     * lm_head) starts: the stream kept going while x is awaited
-     * (TERN_CUDA_STEP_PF, TERN_CUDA_STEP_PF_OPS) */
-    int pf, pf_ops;
-    int tune; /* experiments (TERN_CUDA_STEP_TUNE), timing only (WRONG logits): 8 skips
-               * every phase (x as it is), 16 every record's arithmetic, 128
-               * the weight stream (the arithmetic on what the rings hold);
-               * with right logits: 256 the f16 overflow path in
-               * every op, 4096 every attention item run twice (the stamps
-               * the second's: its code warm, its data in place) */
     /* The argmax of the logits (the first index of the maximum, NaN never
      * winning, an all-NaN row giving 0: the argmax op's answer) into
      * am_ids[0] and, when am_hist is set, am_hist[pos + 1] (if below
@@ -99,7 +87,7 @@ typedef struct tk_step_args {
     /* ops[i].rec, and each kind's tiles, nG and lks (the same in every
      * layer), as kernel parameters: the ring's cursor reads them when it
      * crosses into the next op, in the GEMV loop, where a global load of
-     * ops[i] cost ~450 cycles of stall (ncu, session 17) */
+     * ops[i] cost ~450 cycles of stall (ncu) */
     const void *rec[4 * TK_STEP_MAX_LAYERS + 1];
     int k_tiles[5], k_nG[5], k_lks[5];
 } tk_step_args;
@@ -142,9 +130,6 @@ cudaError_t tk_step_fits(int *blocks_per_sm);
  * (tiles = tk_step_tiles(rows, glu_f)). cuda_step_repack.cu. */
 cudaError_t tk_step_repack(cudaStream_t st, const void *q, const void *scales, const void *biases,
                            int64_t rows, int64_t in, int64_t glu_f, int grid, int lks, void *rec);
-/* ns between a poller's polls of a line not yet written (default 0: polling
- * faster measured faster, 0 / 32 / 256 / 1000 ns: 474.7 / 472.2 / 452.2 / 430.2 tok/s). */
-cudaError_t tk_step_set_spin(unsigned ns);
 /* The step on grid blocks (one per SM), cooperatively. */
 cudaError_t tk_step_launch(cudaStream_t st, const tk_step_args *a, int grid);
 
