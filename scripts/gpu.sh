@@ -2,7 +2,7 @@
 # gpu.sh SUITE — the one entry for work on a GPU machine.
 #
 # Here (a machine with nvcc, no GPU needed):
-#   scripts/gpu.sh carry     builds the CUDA preset for sm_90a (build/gpu) and packs
+#   scripts/gpu.sh carry     builds the CUDA preset (sm_90a, build/cuda) and packs
 #                            every CUDA test, `tern` and bench_batched, the shared
 #                            libraries they need beyond CUDA and glibc, and the
 #                            Llama-3 tokenizer into .gpu-carry/bins.tar.xz (git-ignored)
@@ -28,10 +28,9 @@ C=${C:-/tmp/tern-carry}
 OUT=${OUT:-/tmp/tern-gpu-out}
 
 carry() {
-  local B=build/gpu
+  local B=build/cuda
   export PATH=$PATH:/usr/local/cuda/bin
-  cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DTERN_CUDA=ON -DTERN_WERROR=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null || return 1
+  cmake --preset cuda -DTERN_WERROR=ON >/dev/null || return 1
   cmake --build $B -j"$(nproc)" || return 1
   local bins
   bins=$(find $B/tests -type f -perm -u+x -name 'test_*' | grep -E 'cuda|golden_quant')

@@ -7,8 +7,9 @@
  * plus one dummy sequence with slot -1 as the engine pads them) run through
  * tern_model_forward_graph with replay off and on, twice with new ids and
  * positions (the second replays the graph captured by the first, so it also
- * checks that the refreshed batch arrays are read). Logits must match
- * bitwise, and the dummy must leave the KV cache untouched. S = 3 takes the
+ * checks that the refreshed batch arrays are read; every KV group's pool
+ * laid out alike). Logits must match bitwise, and the dummy must leave the
+ * KV cache untouched. S = 3 takes the
  * GEMV path, S = 11 cuBLASLt. Then, through the public API, greedy
  * generation with TERN_CUDA_GRAPHS=0 and with replay gives the same tokens.
  * Skips without a CUDA device. TERN_TEST_FIXTURES overrides the fixture root.
@@ -67,8 +68,14 @@ static struct tern_batch make_batch(struct rig *r, int S, int q, int p0, bool du
         n++;
     }
     r->qstart[n] = t;
-    return (struct tern_batch){t,      n,      r->nb,    n,      r->ids, r->pos,
-                               r->qstart, r->lens, r->bt, r->slots, r->lidx, .n_kv_groups = 1};
+    struct tern_batch b = {t,       n,      r->nb,    n,        r->ids, r->pos, r->qstart,
+                           r->lens, r->bt, r->slots, r->lidx, .n_kv_groups = r->m->n_kv_groups};
+    /* every KV group's pool is laid out alike: the same tables and slots */
+    for (int g = 1; g < b.n_kv_groups; g++) {
+        b.group_block_tables[g] = r->bt;
+        b.group_slot_mapping[g] = r->slots;
+    }
+    return b;
 }
 
 static float *logits_of(struct rig *r, int n)
@@ -124,7 +131,9 @@ static bool check_core(struct tern_model *model, const char *name)
     memset(&r, 0, sizeof r);
     r.m = &model->core;
     r.nb = 4;
-    assert_int_equal(tern_kv_cache_init(r.m, (int32_t[]){1 + MAX_S * r.nb}, BS, &r.kv), TERN_OK);
+    int32_t blocks[TERN_MAX_KV_GROUPS];
+    for (int g = 0; g < TERN_MAX_KV_GROUPS; g++) blocks[g] = 1 + MAX_S * r.nb;
+    assert_int_equal(tern_kv_cache_init(r.m, blocks, BS, &r.kv), TERN_OK);
     assert_int_equal(tern_fwd_init(r.m, 256, MAX_S + 1, r.nb, 64, BS, &r.f), TERN_OK);
     if (!r.f.use_graphs) fail_msg("the CUDA backend has no graph hooks");
     bool ok = true;

@@ -247,19 +247,35 @@ static bool act_pair(enum tern_dtype wide, enum tern_dtype narrow)
     return is_act(wide) && (narrow == wide || (wide == TERN_DTYPE_F32 && narrow == TERN_DTYPE_BF16));
 }
 
+/* A norm's weight pointer and dtype: w's, or the backend's ones for a norm
+ * without weight (a multiply by 1.0f, so the same values as none). */
+static bool norm_w(struct tern_backend *be, const struct tern_dtensor *w, int64_t dim,
+                   const void **ptr, int *dt)
+{
+    if (!w) {
+        *ptr = tern_cuda_of(be)->ones;
+        *dt = TERN_DTYPE_F32;
+        return dim <= TERN_CUDA_ONES;
+    }
+    *ptr = tern_cuda_ptr(w);
+    *dt = (int)w->dtype;
+    return is_float(w->dtype) && (int64_t)tern_dtensor_numel(w) == dim;
+}
+
 static enum tern_status cu_rmsnorm(struct tern_backend *be, const struct tern_dtensor *x,
                                    const struct tern_dtensor *w, float eps, struct tern_dtensor *out)
 {
     int64_t dim = x->shape[x->n_dims - 1], n = (int64_t)tern_dtensor_numel(x);
-    TERN_TRY(need(act_pair(x->dtype, out->dtype) && is_float(w->dtype) &&
-                      (int64_t)tern_dtensor_numel(w) == dim,
+    const void *wp = NULL;
+    int wdt = 0;
+    TERN_TRY(need(act_pair(x->dtype, out->dtype) && norm_w(be, w, dim, &wp, &wdt),
                   "rmsnorm", "x and out must be F32/BF16 (the same, or F32 into BF16); w [last "
                   "dim of x]"));
     TERN_TRY(need(dim > 0 && n % dim == 0 && (int64_t)tern_dtensor_numel(out) == n, "rmsnorm",
                   "x and out must hold whole rows of w's length"));
     return launched(tk_rmsnorm(tern_cuda_of(be)->stream, tern_cuda_ptr(x), dim, tern_cuda_ptr(out),
-                               dim, 0, (int)x->dtype, (int)out->dtype, n / dim, 1, dim,
-                               tern_cuda_ptr(w), (int)w->dtype, eps),
+                               dim, 0, (int)x->dtype, (int)out->dtype, n / dim, 1, dim, wp, wdt,
+                               eps),
                     "tk_rmsnorm");
 }
 
@@ -309,13 +325,15 @@ static enum tern_status cu_head_rmsnorm(struct tern_backend *be, struct tern_dte
 {
     int64_t T, width;
     rows_width(x, &T, &width);
-    TERN_TRY(need(is_act(x->dtype) && is_float(w->dtype) && w->shape[0] == head_dim,
-                  "head_rmsnorm", "x must be F32/BF16 and w [head_dim]"));
+    const void *wp = NULL;
+    int wdt = 0;
+    TERN_TRY(need(is_act(x->dtype) && norm_w(be, w, head_dim, &wp, &wdt), "head_rmsnorm",
+                  "x must be F32/BF16 and w [head_dim] (or none)"));
     TERN_TRY(need(x_col + (int64_t)n_heads * head_dim <= width, "head_rmsnorm",
                   "heads must fit in the row"));
     return launched(tk_rmsnorm(tern_cuda_of(be)->stream, tern_cuda_ptr(x), width, tern_cuda_ptr(x),
                                width, x_col, (int)x->dtype, (int)x->dtype, T, n_heads, head_dim,
-                               tern_cuda_ptr(w), (int)w->dtype, eps),
+                               wp, wdt, eps),
                     "tk_rmsnorm");
 }
 
@@ -461,6 +479,7 @@ static void cu_destroy(struct tern_backend *be)
     if (c->lt) cublasLtDestroy(c->lt);
     cudaFree(c->lt_ws);
     cudaFree(c->attn_ws);
+    cudaFree(c->ones);
     if (c->copy_stream) cudaStreamDestroy(c->copy_stream);
     if (c->stream) cudaStreamDestroy(c->stream);
     tern_free(c);
@@ -487,6 +506,9 @@ static const struct tern_backend_ops cuda_ops = {
     .attention = tern_cuda_attention,
     .qk_rope_store = tern_cuda_qk_rope_store,
     .silu_mul = cu_silu_mul,
+    .act_mul = tern_cuda_act_mul,
+    .scale = tern_cuda_scale,
+    .softcap = tern_cuda_softcap,
     .matmul_glu = tern_cuda_matmul_glu,
     .matmul_rope_store = tern_cuda_matmul_rope_store,
     .add = cu_add,
@@ -517,6 +539,15 @@ static enum tern_status cu_init(struct tern_cuda *c, int device)
     TERN_TRY(dev_malloc(&c->lt_ws, TERN_CUDA_LT_WS_BYTES, "the cuBLASLt workspace"));
     TERN_TRY(dev_malloc((void **)&c->attn_ws, TERN_CUDA_ATTN_WS_BYTES, "the attention workspace"));
     TERN_CU(cudaMemset(c->attn_ws, 0, TERN_CUDA_ATTN_WS_BYTES)); /* the decode split counters */
+    TERN_TRY(dev_malloc((void **)&c->ones, TERN_CUDA_ONES * sizeof(float), "the norm ones"));
+    {
+        float *h = tern_malloc(TERN_CUDA_ONES * sizeof(float));
+        if (!h) return TERN_E_NO_MEMORY;
+        for (int i = 0; i < TERN_CUDA_ONES; i++) h[i] = 1.0f;
+        cudaError_t e = cudaMemcpy(c->ones, h, TERN_CUDA_ONES * sizeof(float), cudaMemcpyHostToDevice);
+        tern_free(h);
+        TERN_CU(e);
+    }
     for (int i = 0; i < TERN_CUDA_STAGES; i++) {
         TERN_CU(cudaHostAlloc(&c->stage[i], TERN_CUDA_STAGE_BYTES, cudaHostAllocDefault));
         TERN_CU(cudaEventCreateWithFlags(&c->stage_ev[i], cudaEventDisableTiming));

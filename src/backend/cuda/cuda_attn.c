@@ -65,7 +65,7 @@ enum tern_status tern_cuda_kv_store(struct tern_backend *be, const struct tern_d
     return TERN_OK;
 }
 
-/* Whether tk_qk_rope_store takes the shape: head_dim <= 256, dtypes as
+/* Whether tk_qk_rope_store takes the shape: head_dim <= 1024, dtypes as
  * kv_store's, norms of one float dtype, I32 batch arrays (also the
  * operands of the 4-bit qkv GEMV's rope epilogue, cuda_quant.c). */
 bool tern_cuda_qkr_fits(const struct tern_dtensor *qkv, const struct tern_dtensor *q_norm,
@@ -150,8 +150,8 @@ static enum tern_status attn_check(const struct tern_dtensor *qkv, const struct 
                           "cuda attention: qkv, caches and out must be BF16, caches [n_blocks, "
                           "%d, %d, %d], out [T, n_heads * head_dim]",
                           b->block_size, p->n_kv_heads, p->head_dim);
-    if (p->head_dim < 1 || p->head_dim > 256)
-        return tern_error(TERN_E_UNSUPPORTED, "cuda attention: head_dim %d (at most 256)",
+    if (p->head_dim < 1 || p->head_dim > 1024)
+        return tern_error(TERN_E_UNSUPPORTED, "cuda attention: head_dim %d (at most 1024)",
                           p->head_dim);
     return TERN_OK;
 }

@@ -38,6 +38,7 @@
 
 #define TERN_CUDA_LT_WS_BYTES ((size_t)32 << 20)
 #define TERN_CUDA_ATTN_WS_BYTES ((size_t)128 << 20)
+#define TERN_CUDA_ONES 8192 /* the longest row a norm without weight takes */
 #define TERN_CUDA_STAGES 4
 #define TERN_CUDA_STAGE_BYTES ((size_t)16 << 20)
 #define TERN_CUDA_UP_SLOTS 4
@@ -71,6 +72,7 @@ struct tern_cuda {
     cublasLtHandle_t lt;
     void *lt_ws;
     float *attn_ws;
+    float *ones;              /* [TERN_CUDA_ONES] 1.0f: the weight of a norm without one */
     void *stage[TERN_CUDA_STAGES];
     cudaEvent_t stage_ev[TERN_CUDA_STAGES];
     void *up[TERN_CUDA_UP_SLOTS]; /* pinned slots for small uploads (cu_upload) */
@@ -130,6 +132,13 @@ enum tern_status tern_cuda_attention(struct tern_backend *be, const struct tern_
 enum tern_status tern_cuda_kv_store(struct tern_backend *be, const struct tern_dtensor *qkv,
                                     int64_t k_col, int64_t v_col,
                                     const struct tern_batch_dev *batch, struct tern_kv_layer *kv);
+/* cuda_elementwise.c: act_mul, scale, softcap (backend.h). */
+enum tern_status tern_cuda_act_mul(struct tern_backend *be, const struct tern_dtensor *x,
+                                   int64_t x_col, const struct tern_dtensor *y, int64_t y_col,
+                                   enum tern_glu_act act, struct tern_dtensor *out);
+enum tern_status tern_cuda_scale(struct tern_backend *be, const struct tern_dtensor *x, float c,
+                                 const struct tern_dtensor *s, struct tern_dtensor *out);
+enum tern_status tern_cuda_softcap(struct tern_backend *be, struct tern_dtensor *x, float cap);
 /* The decode step as one kernel (cuda_step.c). */
 enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct tern_step_desc *d,
                                         struct tern_step_plan **out);

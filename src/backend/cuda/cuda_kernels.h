@@ -149,7 +149,19 @@ size_t tk_attn_decode_ws_bytes(const struct tk_attn_args *a, int n_splits);
 cudaError_t tk_attn_decode(cudaStream_t st, const struct tk_attn_args *a, int min_len, int max_len,
                            int n_target, int n_splits, float *ws);
 
-/* Any query count per sequence, any head_dim <= 256, any GQA ratio, no
+/* The elementwise ops of the non-llama blocks (cuda_elementwise.cu):
+ * out[t, i] = act(x[t, xc + i]) * y[t, yc + i] over [n_tok, n] (x, y, out of
+ * any float dtype; rows xw / yw wide); out = x * c (* s[0]); x = cap *
+ * tanh(x / cap). */
+enum { TK_GLU_SILU = 0, TK_GLU_GELU_TANH = 1 };
+cudaError_t tk_act_mul(cudaStream_t st, const void *x, int xdt, int64_t xw, int64_t xc,
+                       const void *y, int ydt, int64_t yw, int64_t yc, void *out, int odt,
+                       int64_t n_tok, int64_t n, int act);
+cudaError_t tk_scale(cudaStream_t st, const void *x, int xdt, float c, const void *s, int sdt,
+                     void *out, int odt, int64_t n);
+cudaError_t tk_softcap(cudaStream_t st, float *x, float cap, int64_t n);
+
+/* Any query count per sequence, any head_dim <= 1024, any GQA ratio, no
  * alignment needs: one block per (token, head), exact online softmax
  * (cuda_attn_generic.cu). For shapes the two kernels above do not take.
  * `which` picks the sequences it computes: all, only those with more than

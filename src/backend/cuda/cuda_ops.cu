@@ -380,7 +380,7 @@ extern "C" cudaError_t tk_kv_store(cudaStream_t st, const void *qkv, int adt, in
 /* ------------------------------------------------------------ qk_rope_store */
 
 #define QRS_WARPS 8
-#define QRS_MAX_D 256
+#define QRS_MAX_D 1024
 
 /* One warp per (token, head) over the q, k and v heads of the qkv row. A q
  * or k head goes through the warp's shared row: per-head RMSNorm (the sums
