@@ -19,7 +19,8 @@
 #   scripts/gpu.sh profile   the 4-bit 8B's decode step stamped (TERN_CUDA_STEP_STAMPS,
 #                            summarised by scripts/step-stamps.py)
 #   scripts/gpu.sh all       test, then bench
-# Logs and JSON go to $OUT (the device tool brings back what is there).
+# Logs and JSON go to $OUT, packed at the end into $OUT/logs.tar.xz beside
+# the *.txt summaries (the device tool brings back at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SUITE=${1:-all}
@@ -33,7 +34,7 @@ carry() {
   cmake --preset cuda -DTERN_WERROR=ON >/dev/null || return 1
   cmake --build $B -j"$(nproc)" || return 1
   local bins
-  bins=$(find $B/tests -type f -perm -u+x -name 'test_*' | grep -E 'cuda|golden_quant')
+  bins=$(find $B/tests -type f -perm -u+x \( -name 'test_*cuda' -o -name test_golden_quant \))
   bins="$bins $B/tern $(find $B -type f -perm -u+x -name bench_batched | head -1)"
   rm -rf $CARRY && mkdir -p $CARRY/stage/tok-llama3_1
   cp $bins $CARRY/stage/ && strip $CARRY/stage/* 2>/dev/null
@@ -67,7 +68,8 @@ tests() {
     cr env TERN_QUANT_DEVICE=cuda timeout 300 "$f" >"$OUT/$t.log" 2>&1
     rc=$?
     [ $rc = 0 ] || fails=$((fails + 1))
-    printf '%-28s rc=%d  %s\n' "$t" $rc "$(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUT/$t.log" | tr '\n' ' ')"
+    printf '%-28s rc=%d  %s\n' "$t" $rc "$(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUT/$t.log" | tr '\n' ' ')" |
+      tee -a "$OUT/tests.txt"
   done
   for tool in memcheck racecheck; do
     local var=${tool^^}
@@ -76,7 +78,7 @@ tests() {
       >"$OUT/$tool.log" 2>&1
     echo "$tool test_ops_cuda rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log")"
   done
-  echo "== CUDA tests: $fails failed"
+  echo "== CUDA tests: $fails failed" | tee -a "$OUT/tests.txt"
 }
 
 floors() {
@@ -129,7 +131,7 @@ bench() {
     for fmt in ${fmts//,/ }; do bench_model "$preset" "$fmt"; done
     rm -rf "/tmp/tern-$preset" "/tmp/tern-$preset-q4"
   done
-  python3 scripts/gpu_table.py "$OUT"
+  python3 scripts/gpu_table.py "$OUT" | tee "$OUT/table.txt"
 }
 
 profile() {
@@ -142,6 +144,14 @@ profile() {
   python3 scripts/step-stamps.py "$OUT/stamps.csv" | tee "$OUT/stamps.txt"
 }
 
+# The device brings back at most 8 files: everything else under $OUT goes
+# into one archive.
+pack() {
+  (cd "$OUT" && find . -maxdepth 1 -type f ! -name logs.tar.xz ! -name '*.txt' -print0 |
+    tar --null -T - -cJf logs.tar.xz && find . -maxdepth 1 -type f ! -name logs.tar.xz \
+    ! -name '*.txt' -delete)
+}
+
 case $SUITE in
 carry) carry ;;
 test) unpack && tests ;;
@@ -150,3 +160,4 @@ profile) unpack && profile ;;
 all) unpack && tests && bench ;;
 *) sed -n '2,24p' "$0"; exit 2 ;;
 esac
+[ "$SUITE" = carry ] || pack

@@ -2,11 +2,14 @@
  * test_golden_cuda.c — every fixture model under tests/fixtures/models run
  * whole on the CUDA backend (params.device = TERN_DEVICE_CUDA) through the
  * public API, against transformers (float32): full-sequence logits within
- * 2e-2 relative (BF16 activations and KV on the device), and 32 greedy tokens
- * identical, except that the two runs may part at a near-tie: a step where
- * our pick's transformers logit is within the logits tolerance (2e-2 of the
- * row's largest magnitude) of the top one (golden/greedy_logits.npy); the
- * tokens after such a step are not compared. Greedy generation runs on a thread other than the one that
+ * 2e-2 relative (BF16 activations and KV on the device), or within
+ * transformers' own BF16 error on that fixture where it is larger (the
+ * generator records it: golden/meta.json checks.bf16_max_rel_err; Gemma 4's
+ * extra roundings put it at 2.4-3.9e-2), and 32 greedy tokens identical,
+ * except that the two runs may part at a near-tie: a step where our pick's
+ * transformers logit is within the logits tolerance of the row's largest
+ * magnitude of the top one (golden/greedy_logits.npy); the tokens after such
+ * a step are not compared. Greedy generation runs on a thread other than the one that
  * opened the model, as the engine's step loop does. Skips when the build has
  * no CUDA or no device is visible. TERN_TEST_FIXTURES overrides the fixture
  * root (the GPU machine runs binaries built elsewhere).
@@ -15,6 +18,8 @@
 
 #include "backend/backend.h"
 
+#include <jansson.h>
+
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -22,6 +27,19 @@
 #include <string.h>
 
 #define REL_TOL 2e-2
+
+/* REL_TOL, or transformers' own BF16 error on the fixture where larger. */
+static double fixture_tolerance(const char *dir)
+{
+    char *p = tern_path_join(dir, "golden/meta.json");
+    json_error_t jerr;
+    json_t *meta = json_load_file(p, 0, &jerr);
+    tern_free(p);
+    double bf16 = json_number_value(
+        json_object_get(json_object_get(meta, "checks"), "bf16_max_rel_err"));
+    json_decref(meta);
+    return bf16 > REL_TOL ? bf16 : REL_TOL;
+}
 
 static struct tern_engine *make_engine(struct tern_model *m)
 {
@@ -79,6 +97,7 @@ static bool check_fixture(const char *dir)
     assert_non_null(full);
     if (tern_logits(e, prompt.data, n, full) != TERN_OK) fail_msg("logits: %s", tern_last_error());
     double err = tu_max_rel_err(full, logits.data, (size_t)n * V);
+    double tol = fixture_tolerance(dir);
 
     /* 2. greedy tokens identical, generated on another thread */
     struct greedy_job j = {.e = e, .ids = prompt.data, .n = n, .G = G};
@@ -98,7 +117,7 @@ static bool check_fixture(const char *dir)
         double mx = 0;
         for (int v = 0; v < V; v++) mx = fabs(row[v]) > mx ? fabs(row[v]) : mx;
         gap = (row[((int32_t *)greedy.data)[n_same]] - row[j.out[n_same]]) / (mx > 0 ? mx : 1);
-        tie = gap <= REL_TOL;
+        tie = gap <= tol;
     }
     printf("  %-22s %-20s logits max rel err %.2e, greedy %d/%d tokens equal%s\n",
            strrchr(dir, '/') + 1, in.architecture, err, n_same, G,
@@ -106,8 +125,8 @@ static bool check_fixture(const char *dir)
     if (tie)
         printf("    step %d: transformers %d, ours %d, golden logit gap %.2e of the row max\n",
                n_same, ((int32_t *)greedy.data)[n_same], j.out[n_same], gap);
-    bool ok = err <= REL_TOL && j.n_out == G && (n_same == G || tie);
-    if (!(err <= REL_TOL)) printf("FAIL %s: logits rel err %.3e > %.0e\n", dir, err, REL_TOL);
+    bool ok = err <= tol && j.n_out == G && (n_same == G || tie);
+    if (!(err <= tol)) printf("FAIL %s: logits rel err %.3e > %.2e\n", dir, err, tol);
     if (n_same < G && n_same < j.n_out && !tie)
         printf("FAIL %s: greedy token %d is %d, transformers gives %d\n", dir, n_same,
                j.out[n_same], ((int32_t *)greedy.data)[n_same]);
