@@ -374,6 +374,32 @@ bool tern_gguf_hf_name(const char *gguf_name, char *buf, size_t cap)
     return false;
 }
 
+bool tern_gguf_name_from_hf(const char *hf_name, char *buf, size_t cap)
+{
+    const char *dot = strrchr(hf_name, '.');
+    if (!dot || (strcmp(dot, ".weight") && strcmp(dot, ".bias"))) return false;
+    size_t stem = (size_t)(dot - hf_name);
+    int n;
+    for (size_t i = 0; i < sizeof top_names / sizeof top_names[0]; i++)
+        if (strlen(top_names[i].hf) == stem && !strncmp(hf_name, top_names[i].hf, stem)) {
+            n = snprintf(buf, cap, "%s%s", top_names[i].gguf, dot);
+            return n > 0 && (size_t)n < cap;
+        }
+    static const char layers[] = "model.layers.";
+    if (strncmp(hf_name, layers, sizeof layers - 1)) return false;
+    const char *p = hf_name + sizeof layers - 1, *q = p;
+    while (*q >= '0' && *q <= '9') q++;
+    if (q == p || q - p > 6 || *q != '.') return false;
+    const char *part = q + 1;
+    size_t plen = (size_t)(dot - part);
+    for (size_t i = 0; i < sizeof blk_names / sizeof blk_names[0]; i++)
+        if (strlen(blk_names[i].hf) == plen && !strncmp(part, blk_names[i].hf, plen)) {
+            n = snprintf(buf, cap, "blk.%.*s.%s%s", (int)(q - p), p, blk_names[i].gguf, dot);
+            return n > 0 && (size_t)n < cap;
+        }
+    return false;
+}
+
 int64_t tern_gguf_rope_src_row(int64_t hf_row, int64_t head_dim)
 {
     int64_t h = hf_row / head_dim, i = hf_row % head_dim, half = head_dim / 2;
