@@ -274,7 +274,10 @@ int tern_cmd_generate(int argc, char **argv)
     }
     struct tern_model_info in;
     tern_model_get_info(m, &in);
-    if (stream_text) printf("\n");
+    if (stream_text) {
+        printf("\n");
+        fflush(stdout); /* the text's line ends before the summary on stderr, piped or not */
+    }
     cli_reply_summary("generate", &r, in.device);
     if (o.json) {
         printf("{\"prompt_ids\": [");
