@@ -12,6 +12,8 @@
  *     row and dot it in the dense path's order, and the un-permutation is
  *     exact. The dequantization itself is checked against gguf-py in
  *     tests/quant/test_ggml_quant.c.
+ *     Prefill in one chunk, in chunks of 3 and one token at a time agree
+ *     bitwise (batch invariance).
  *   - with TERN_GGML_BF16=1 (what a backend without ggml kernels gets):
  *     bitwise the snapshot of the BF16-rounded dequantized weights.
  *   - bad files: a missing tensor, a wrong shape, a block-type norm, a type
@@ -284,6 +286,13 @@ static float *logits_of(const char *path, char *dtype, size_t cap)
                                       E);
     snprintf(dtype, cap, "%s", in.dtype);
     float *l = tu_model_logits(m, prompt, NP, V, 3, 4);
+    /* batch invariance: one token at a time, and the whole prompt at once */
+    for (int chunk = 1; chunk <= NP; chunk += NP - 1) {
+        float *c = tu_model_logits(m, prompt, NP, V, chunk, 4);
+        if (memcmp(c, l, sizeof(float) * NP * V))
+            fail_msg("%s: logits in chunks of %d differ from chunks of 3", path, chunk);
+        tern_free(c);
+    }
     tern_model_close(m);
     return l;
 }
