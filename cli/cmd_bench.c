@@ -93,7 +93,8 @@ void bench_random_ids(int32_t *ids, long long n, long long seed, long long strea
 }
 
 static const char usage_text[] =
-    "usage: tern bench --model DIR [--prompt-len N] [--gen N] [--device cpu|cuda|auto] [--json]\n"
+    "usage: tern bench --model DIR|FILE.gguf [--prompt-len N] [--gen N] [--device cpu|cuda|auto]\n"
+    "                  [--json]\n"
     "  single sequence (default):  [--reps N]\n"
     "  concurrent requests:        --concurrency N[,N...] [--shared-prefix L] [--max-seqs N]\n"
     "                              [--seed N] [--temperature T] [--top-p P] [--top-k K]\n"
@@ -215,7 +216,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
         int rc = parse_one(argc, argv, &i, o, &single_only, &conc_only);
         if (rc >= 0) return rc;
     }
-    if (!o->model) return cli_usage("bench", "--model DIR is required");
+    if (!o->model) return cli_usage("bench", "--model DIR|FILE.gguf is required");
     if (o->n_levels && single_only)
         return cli_usage("bench", "%s applies to the single-sequence mode, not --concurrency",
                          single_only);

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 static const char chat_usage[] =
-    "usage: tern chat --model DIR [--system TEXT] [--max-tokens N] [--max-context N]\n"
+    "usage: tern chat --model DIR|FILE.gguf [--system TEXT] [--max-tokens N] [--max-context N]\n"
     "                 [--hide-reasoning] [--no-think] [--device cpu|cuda|auto]\n"
     "                 [--temperature T] [--top-p P] [--top-k K] [--min-p P]\n"
     "                 [--repetition-penalty R] [--seed N]\n"
@@ -90,7 +90,7 @@ static int parse_chat(int argc, char **argv, struct chat_opts *o, struct tern_sa
             over->seed = (uint64_t)k, over->has_seed = true, *set |= 32;
         } else return cli_usage("chat", "unknown option %s", a);
     }
-    if (!o->model) return cli_usage("chat", "--model DIR is required");
+    if (!o->model) return cli_usage("chat", "--model DIR|FILE.gguf is required");
     return -1;
 }
 

@@ -93,7 +93,7 @@ static int parse_opts(const char *cmd, int argc, char **argv, struct model_opts 
         else if (!strcmp(a, "--chat")) o->chat = true;
         else return cli_usage(cmd, "unknown or incomplete option '%s'", a);
     }
-    if (!o->model) return cli_usage(cmd, "--model DIR is required");
+    if (!o->model) return cli_usage(cmd, "--model DIR|FILE.gguf is required");
     if (o->sampling_flag && strcmp(cmd, "generate"))
         return cli_usage(cmd, "%s is an option of 'tern generate'", o->sampling_flag);
     if (o->system && !o->chat) return cli_usage(cmd, "--system needs --chat");
@@ -220,7 +220,8 @@ static int prompt_ids(const char *cmd, const struct model_opts *o, struct tern_m
 }
 
 static const char generate_usage[] =
-    "usage: tern generate --model DIR (--ids \"1 2 3\" | --prompt TEXT [--chat [--system TEXT]])\n"
+    "usage: tern generate --model DIR|FILE.gguf\n"
+    "                     (--ids \"1 2 3\" | --prompt TEXT [--chat [--system TEXT]])\n"
     "                     [--max-tokens N] [--no-eos] [--device cpu|cuda|auto] [--json]\n"
     "                     [--temperature T] [--top-p P] [--top-k K] [--min-p P]\n"
     "                     [--repetition-penalty R] [--seed N]\n"
@@ -273,7 +274,10 @@ int tern_cmd_generate(int argc, char **argv)
     }
     struct tern_model_info in;
     tern_model_get_info(m, &in);
-    if (stream_text) printf("\n");
+    if (stream_text) {
+        printf("\n");
+        fflush(stdout); /* the text's line ends before the summary on stderr, piped or not */
+    }
     cli_reply_summary("generate", &r, in.device);
     if (o.json) {
         printf("{\"prompt_ids\": [");
@@ -326,7 +330,8 @@ static int write_npy(const char *path, const float *data, int rows, int cols)
 }
 
 static const char logits_usage[] =
-    "usage: tern logits --model DIR --ids \"1 2 3\" --out F.npy [--device cpu|cuda|auto]\n"
+    "usage: tern logits --model DIR|FILE.gguf --ids \"1 2 3\" --out F.npy\n"
+    "                   [--device cpu|cuda|auto]\n"
     "Writes float32 logits [n_tokens, vocab] of every position as .npy.\n";
 
 int tern_cmd_logits(int argc, char **argv)

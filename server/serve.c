@@ -19,11 +19,11 @@
 #ifdef TERN_HAVE_MHD
 
 static const char USAGE[] =
-    "usage: tern serve --model DIR [options]\n"
+    "usage: tern serve --model DIR|FILE.gguf [options]\n"
     "  --host ADDR            address to bind (default 127.0.0.1)\n"
     "  --port N               port (default 8080; 0 picks a free one)\n"
     "  --api-key KEY          require 'Authorization: Bearer KEY' (or TERN_API_KEY)\n"
-    "  --served-model-name S  the model id in responses (default: the directory's name)\n"
+    "  --served-model-name S  the model id in responses (default: the directory's or file's name)\n"
     "  --max-body-bytes N     largest request body (default 8388608)\n"
     "  --max-concurrent N     generation requests at once; more get 429 (default 0 = no limit)\n"
     "  --max-seqs N           sequences the engine batches (default: engine default)\n"
@@ -124,7 +124,7 @@ static bool parse_opts(int argc, char **argv, struct srv_opts *o, int *rc)
         }
     }
     if (!o->model_dir) {
-        cli_usage("serve", "--model DIR is required");
+        cli_usage("serve", "--model DIR|FILE.gguf is required");
         return false;
     }
     return true;

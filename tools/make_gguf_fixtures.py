@@ -143,13 +143,11 @@ TOK_CASES = [
 ]
 
 
-def smollm2_tok(path):
-    """A tokenizer.json like SmolLM2's own: BPE over the GGUF's vocabulary and
-    merges, pre-tokenizer Digits (individual) then ByteLevel (no prefix space,
-    GPT-2 regex), its CONTROL tokens as special added tokens; then the ids HF
-    tokenizers gives for TOK_CASES."""
-    from tokenizers import Tokenizer
-    r = gguf.GGUFReader(path)
+def smollm2_tokenizer_json(r):
+    """A tokenizer.json like SmolLM2's own, from the GGUF (a gguf.GGUFReader):
+    BPE over its vocabulary and merges, pre-tokenizer Digits (individual) then
+    ByteLevel (no prefix space, GPT-2 regex), its CONTROL tokens as special
+    added tokens."""
     toks = r.fields["tokenizer.ggml.tokens"].contents()
     types = r.fields["tokenizer.ggml.token_type"].contents()
     merges = r.fields["tokenizer.ggml.merges"].contents()
@@ -173,6 +171,13 @@ def smollm2_tok(path):
                   "byte_fallback": False, "ignore_merges": False,
                   "vocab": {t: i for i, t in enumerate(toks)}, "merges": list(merges)},
     }
+    return tj
+
+
+def smollm2_tok(path):
+    """The ids HF tokenizers gives for TOK_CASES with smollm2_tokenizer_json."""
+    from tokenizers import Tokenizer
+    tj = smollm2_tokenizer_json(gguf.GGUFReader(path))
     tok = Tokenizer.from_str(json.dumps(tj))
     cases = [{"text": s, "ids": tok.encode(s, add_special_tokens=False).ids} for s in TOK_CASES]
     write_json_lines(os.path.join(FIX, "smollm2_tok.json"), cases)

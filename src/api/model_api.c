@@ -1,12 +1,16 @@
 /*
- * model_api.c — tern_model_* of the public API: opening a snapshot
- * (config.json, generation_config.json, safetensors, tokenizer, chat template)
- * and describing it.
+ * model_api.c — tern_model_* of the public API: opening a model (a Hugging
+ * Face snapshot directory: config.json, generation_config.json, safetensors,
+ * tokenizer, chat template; or a GGUF file: the config its metadata stands
+ * for, its tensors, the tokenizer and chat template in its metadata) and
+ * describing it.
  */
 #include "api/api.h"
+#include "text/tok_gguf.h"
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* A regular file that starts with GGUF's magic. */
 static bool is_gguf(const char *path)
@@ -16,6 +20,12 @@ static bool is_gguf(const char *path)
     bool yes = f && fread(magic, 1, 4, f) == 4 && !memcmp(magic, "GGUF", 4);
     if (f) fclose(f);
     return yes;
+}
+
+static bool is_regular_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 static enum tern_status open_generation_config(struct tern_model *m)
@@ -47,6 +57,49 @@ static enum tern_status open_text(struct tern_model *m)
     return st;
 }
 
+/* A GGUF's tokenizer and chat template, from its metadata (each optional). */
+static enum tern_status open_text_gguf(struct tern_model *m)
+{
+    const struct tern_gguf *g = m->gguf->g;
+    if (tern_gguf_find(g, "tokenizer.ggml.tokens")) TERN_TRY(tern_tokenizer_from_gguf(g, &m->tok));
+    enum tern_status st = tern_chat_template_from_gguf(g, NULL, &m->tmpl);
+    if (st == TERN_E_NOT_FOUND) {
+        m->tmpl = NULL;
+        tern_error_clear();
+        st = TERN_OK;
+    }
+    return st;
+}
+
+/* A snapshot directory's config, generation config and weights. */
+static enum tern_status open_snapshot(struct tern_model *m)
+{
+    char *cfg_path = tern_path_join(m->dir, "config.json");
+    if (!cfg_path) return TERN_E_NO_MEMORY;
+    enum tern_status st = TERN_OK;
+    if (!tern_file_exists(cfg_path))
+        st = tern_error(TERN_E_NOT_FOUND, "%s: no config.json (is this a Hugging Face snapshot "
+                        "directory or a GGUF file?)", m->dir);
+    if (st == TERN_OK) st = tern_json_doc_load(cfg_path, &m->cfg);
+    tern_free(cfg_path);
+    if (st == TERN_OK) st = open_generation_config(m);
+    if (st == TERN_OK) st = tern_snapshot_open(m->dir, &m->snap);
+    if (st == TERN_OK) st = tern_wsource_init_snapshot(&m->ws, m->snap);
+    return st;
+}
+
+/* A GGUF file: its view (config from the metadata, tensors by Hugging Face
+ * name). There is no generation_config: the config's eos_token_id list
+ * already holds the file's eos, eot and eom ids (the stop ids). */
+static enum tern_status open_gguf(struct tern_model *m)
+{
+    TERN_TRY(tern_gguf_model_open(m->dir, &m->gguf));
+    m->cfg.root = json_incref(m->gguf->config.root);
+    m->cfg.path = tern_strdup(m->gguf->config.path);
+    if (!m->cfg.path) return TERN_E_NO_MEMORY;
+    return tern_wsource_init_gguf(&m->ws, m->gguf);
+}
+
 enum tern_status tern_model_open(const char *dir, const struct tern_model_params *params,
                                  struct tern_model **out)
 {
@@ -61,32 +114,17 @@ enum tern_status tern_model_open(const char *dir, const struct tern_model_params
         st = TERN_E_NO_MEMORY;
         goto fail;
     }
-    char *cfg_path = tern_path_join(dir, "config.json");
-    if (!cfg_path) {
-        st = TERN_E_NO_MEMORY;
+    bool gguf = is_regular_file(dir);
+    if (gguf && !is_gguf(dir)) {
+        st = tern_error(TERN_E_FORMAT, "%s: a file that is not GGUF (tern opens a Hugging Face "
+                        "snapshot directory or a .gguf file)", dir);
         goto fail;
     }
-    if (is_gguf(dir)) {
-        st = tern_error(TERN_E_UNSUPPORTED, "%s: a GGUF file: `tern inspect` reads it, but GGUF "
-                        "weights cannot be loaded yet", dir);
-        tern_free(cfg_path);
-        goto fail;
-    }
-    if (!tern_file_exists(cfg_path)) {
-        st = tern_error(TERN_E_NOT_FOUND, "%s: no config.json (is this a Hugging Face snapshot "
-                        "directory?)", dir);
-        tern_free(cfg_path);
-        goto fail;
-    }
-    st = tern_json_doc_load(cfg_path, &m->cfg);
-    tern_free(cfg_path);
-    if (st != TERN_OK) goto fail;
-    if ((st = open_generation_config(m)) != TERN_OK) goto fail;
-    if ((st = tern_snapshot_open(dir, &m->snap)) != TERN_OK) goto fail;
+    if ((st = gguf ? open_gguf(m) : open_snapshot(m)) != TERN_OK) goto fail;
     struct tern_backend_params bp = {p.device, p.device_index, 0, false};
-    if ((st = tern_model_core_load(m->snap, &m->cfg, &bp, p.progress, &m->core)) != TERN_OK)
+    if ((st = tern_model_core_load(&m->ws, &m->cfg, &bp, p.progress, &m->core)) != TERN_OK)
         goto fail;
-    if ((st = open_text(m)) != TERN_OK) goto fail;
+    if ((st = gguf ? open_text_gguf(m) : open_text(m)) != TERN_OK) goto fail;
     *out = m;
     return TERN_OK;
 fail:
@@ -98,7 +136,9 @@ void tern_model_close(struct tern_model *m)
 {
     if (!m) return;
     tern_model_core_free(&m->core);
+    tern_wsource_deinit(&m->ws);
     tern_snapshot_close(m->snap);
+    tern_gguf_model_close(m->gguf);
     tern_json_doc_deinit(&m->cfg);
     if (m->has_gen_cfg) tern_json_doc_deinit(&m->gen_cfg);
     tern_tokenizer_close(m->tok);
@@ -127,7 +167,8 @@ enum tern_status tern_model_get_info(const struct tern_model *m, struct tern_mod
     out->model_type = json_is_string(mt) ? json_string_value(mt) : "";
     static const char *const qnames[] = {"", "", "q2", "q3", "q4", "q5", "q6", "", "q8"};
     out->dtype = m->core.w.quant_bits ? qnames[m->core.w.quant_bits]
-                                      : tern_dtype_name(m->core.w.dtype);
+                 : m->core.w.ggml_type ? tern_ggml_type_name(m->core.w.ggml_type)
+                                       : tern_dtype_name(m->core.w.dtype);
     out->n_params = m->core.w.n_params;
     out->weight_bytes = m->core.w.n_bytes;
     const struct tern_linear *emb = &m->core.w.embed_tokens;

@@ -49,6 +49,11 @@ enum tern_status tern_backend_create(const struct tern_backend_params *params,
     return tern_error(TERN_E_INVALID_ARG, "device: unknown device %d", (int)params->device);
 }
 
+bool tern_backend_ggml_ok(const struct tern_backend *be, uint32_t ggml_type)
+{
+    return be->ops->ggml_type_ok && be->ops->ggml_type_ok(be, ggml_type);
+}
+
 void tern_backend_destroy(struct tern_backend *be)
 {
     if (be) be->ops->destroy(be);

@@ -51,17 +51,24 @@ struct tern_dtensor {
 };
 
 /* One linear layer, y = x W^T (+ bias), as the backend sees it.
- * Dense:     weight [out, in] in F32/F16/BF16, bits == 0.
+ * Dense:     weight [out, in] in F32/F16/BF16, bits == 0, ggml_type == 0.
  * Quantized (MLX affine, see tensor/quant.h): weight [out, in*bits/32] U32,
  *            scales and biases [out, in/group_size] (F16/BF16); w = scale*q + bias.
+ * ggml:      (a GGUF's block types, see tensor/ggml_quant.h) ggml_type is the
+ *            block type id, weight [out, row_bytes] U8 holds each row's blocks
+ *            end to end (row_bytes = tern_ggml_row_bytes(type, in)); bits == 0,
+ *            no scales or biases. Only backends whose ggml_type_ok takes the
+ *            type see one (the loader dequantizes it to BF16 for the others).
  * bias:      [out] additive, or buf == NULL. */
 struct tern_linear {
     struct tern_dtensor weight;
     struct tern_dtensor scales;
     struct tern_dtensor biases;
     struct tern_dtensor bias;
-    int32_t bits;       /* 0 = dense */
+    int32_t bits;       /* 0 = dense or ggml */
     int32_t group_size; /* quantized only */
+    uint32_t ggml_type; /* a ggml block type (Q4_0 ...), or 0: not a ggml linear (plain
+                         * F32 / F16 / BF16 tensors of a GGUF bind as dense) */
     int64_t in_features;
     int64_t out_features;
 };
@@ -347,6 +354,12 @@ struct tern_backend_ops {
     enum tern_status (*sample)(struct tern_backend *be, const struct tern_dtensor *logits,
                                const struct tern_sample_io *io);
 
+    /* optional (NULL = no ggml block types): true when matmul and get_rows
+     * take a linear of ggml block type `ggml_type` (tern_linear's ggml
+     * layout) as it is. The loader dequantizes the tensors of other types
+     * to BF16 at load. */
+    bool (*ggml_type_ok)(const struct tern_backend *be, uint32_t ggml_type);
+
     /* ---- optional: the whole decode step as one op (NULL where absent) ----
      * step_prepare makes a plan that runs a model's decode step for ONE
      * sequence with one new token as a single op, or returns
@@ -407,6 +420,10 @@ struct tern_backend_params {
 enum tern_status tern_backend_create(const struct tern_backend_params *params,
                                      struct tern_backend **out);
 void tern_backend_destroy(struct tern_backend *be);
+
+/* True when be's matmul and get_rows take linears of ggml block type
+ * ggml_type as they are (ops->ggml_type_ok; false where it is NULL). */
+bool tern_backend_ggml_ok(const struct tern_backend *be, uint32_t ggml_type);
 
 /* True when the build includes the CUDA backend and a device is visible. */
 bool tern_backend_cuda_available(void);

@@ -3,41 +3,38 @@
  * token ids, the config.json a GGUF stands for, Hugging Face tensor names,
  * llama.cpp's q / k row order, and a snapshot-like view of a whole file.
  *
- * How src/model binds a GGUF (the design this file serves):
+ * How src/model binds a GGUF:
  *
- * 1. Opening. tern_model_open takes a path; a regular file that starts with
- *    "GGUF" goes to tern_gguf_model_open instead of the snapshot reader. Its
- *    `config` is a config.json in every respect that tern_hparams_read and
- *    tern_arch_find look at (architectures, sizes, rope, eps, vocab, tie,
- *    bos / eos), so the hyperparameters are read by the same code, and
- *    errors name "FILE.gguf (GGUF metadata as config.json)". The tokenizer
- *    and template come from text/tok_gguf.h (tern_tokenizer_from_gguf,
- *    tern_chat_template_from_gguf); there is no generation_config.json: the
- *    config's eos_token_id list already holds eos, eot and eom.
+ * 1. Opening. tern_model_open (api/model_api.c) takes a path; a regular file
+ *    that starts with "GGUF" goes to tern_gguf_model_open instead of the
+ *    snapshot reader. Its `config` is a config.json in every respect that
+ *    tern_hparams_read and tern_arch_find look at (architectures, sizes,
+ *    rope, eps, vocab, tie, bos / eos), so the hyperparameters are read by
+ *    the same code, and errors name "FILE.gguf (GGUF metadata as
+ *    config.json)". The tokenizer and template come from text/tok_gguf.h
+ *    (tern_tokenizer_from_gguf, tern_chat_template_from_gguf); there is no
+ *    generation_config.json: the config's eos_token_id list already holds
+ *    eos, eot and eom.
  *
- * 2. Weights. load.c asks for tensors by Hugging Face name through
- *    tern_snapshot_get / _has; the GGUF view answers the same questions with
- *    tern_gguf_model_find. The smallest change is a weight-source interface
- *    (get / has / iterate by name) with two implementations. What a GGUF
- *    tensor brings that a safetensors one does not:
+ * 2. Weights. model/load.c asks for tensors by Hugging Face name through
+ *    the weight source (io/wsource.h), whose GGUF side is
+ *    tern_gguf_model_find. What a GGUF tensor brings that a safetensors one
+ *    does not:
  *      - a ggml type: F32 / F16 / BF16 map to tern dtypes
- *        (tern_ggml_type_dtype); the block types (Q4_0 ... Q6_K, IQ4_*) need
- *        a third kind of struct tern_linear beside dense and MLX-affine: the
- *        ggml type id and the row's bytes. The CPU backend's matmul can then
- *        dequantize a row with tern_ggml_dequant_row and dot it with its
- *        16-lane dot, or call tern_ggml_dot_row, which is that same order, so
- *        batch invariance holds unchanged. CUDA needs per-type kernels, or,
- *        at first, a BF16 dequantized copy made at load. Norm weights are F32
- *        in every GGUF seen so far.
+ *        (tern_ggml_type_dtype); the block types (Q4_0 ... Q6_K, IQ4_*) bind
+ *        as ggml linears (struct tern_linear's ggml_type, the rows' blocks as
+ *        they are) where the backend takes them, else as BF16 dequantized at
+ *        load. Norm weights are F32 in every GGUF seen so far.
  *      - shapes: `shape` is already Hugging Face order (ne reversed); the
  *        bytes of row r of a 2-D tensor start at r * row_bytes
  *        (tern_ggml_row_bytes of shape[1] values).
  *      - q / k of the llama architecture (rope_head_dim > 0): the rows are in
- *        llama.cpp's order (see tern_gguf_rope_src_row). Binding them means
- *        tern_gguf_rows_unpermute into an owned buffer, per tensor, at load:
- *        the other tensors stay mapped in place on the CPU. A row permutation
- *        is right for every type because a row holds whole blocks. qwen2 /
- *        qwen3 files are not permuted (llama.cpp runs NEOX rope for them).
+ *        llama.cpp's order (see tern_gguf_rope_src_row); the loader copies
+ *        them through tern_gguf_rows_unpermute into an owned buffer, per
+ *        tensor: the other tensors stay mapped in place on the CPU. A row
+ *        permutation is right for every type because a row holds whole
+ *        blocks. qwen2 / qwen3 files are not permuted (llama.cpp runs NEOX
+ *        rope for them).
  *      - token_embd.weight is usually quantized (Q8_0, Q6_K): the embedding
  *        lookup dequantizes one row; with tie_word_embeddings it is also the
  *        head.
@@ -369,6 +366,32 @@ bool tern_gguf_hf_name(const char *gguf_name, char *buf, size_t cap)
     for (size_t i = 0; i < sizeof blk_names / sizeof blk_names[0]; i++)
         if (strlen(blk_names[i].gguf) == plen && !strncmp(part, blk_names[i].gguf, plen)) {
             n = snprintf(buf, cap, "model.layers.%.*s.%s%s", (int)(q - p), p, blk_names[i].hf, dot);
+            return n > 0 && (size_t)n < cap;
+        }
+    return false;
+}
+
+bool tern_gguf_name_from_hf(const char *hf_name, char *buf, size_t cap)
+{
+    const char *dot = strrchr(hf_name, '.');
+    if (!dot || (strcmp(dot, ".weight") && strcmp(dot, ".bias"))) return false;
+    size_t stem = (size_t)(dot - hf_name);
+    int n;
+    for (size_t i = 0; i < sizeof top_names / sizeof top_names[0]; i++)
+        if (strlen(top_names[i].hf) == stem && !strncmp(hf_name, top_names[i].hf, stem)) {
+            n = snprintf(buf, cap, "%s%s", top_names[i].gguf, dot);
+            return n > 0 && (size_t)n < cap;
+        }
+    static const char layers[] = "model.layers.";
+    if (strncmp(hf_name, layers, sizeof layers - 1)) return false;
+    const char *p = hf_name + sizeof layers - 1, *q = p;
+    while (*q >= '0' && *q <= '9') q++;
+    if (q == p || q - p > 6 || *q != '.') return false;
+    const char *part = q + 1;
+    size_t plen = (size_t)(dot - part);
+    for (size_t i = 0; i < sizeof blk_names / sizeof blk_names[0]; i++)
+        if (strlen(blk_names[i].hf) == plen && !strncmp(part, blk_names[i].hf, plen)) {
+            n = snprintf(buf, cap, "blk.%.*s.%s%s", (int)(q - p), p, blk_names[i].gguf, dot);
             return n > 0 && (size_t)n < cap;
         }
     return false;

@@ -76,6 +76,11 @@ enum tern_status tern_gguf_hf_config(const struct tern_gguf *g, struct tern_json
  * (rope_freqs.weight, other architectures' tensors) or one that does not fit. */
 bool tern_gguf_hf_name(const char *gguf_name, char *buf, size_t cap);
 
+/* The reverse: the GGUF name of a Hugging Face tensor name
+ * (model.layers.N.mlp.up_proj.weight -> blk.N.ffn_up.weight), for messages
+ * about tensors a file lacks. False when there is none or it does not fit. */
+bool tern_gguf_name_from_hf(const char *hf_name, char *buf, size_t cap);
+
 /* llama.cpp's converter permutes the rows of q and k (weights and biases) of
  * the llama architecture within each head, so that its rope can rotate
  * adjacent pairs: Hugging Face row h * head_dim + i (i < head_dim) is GGUF row

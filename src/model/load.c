@@ -1,15 +1,27 @@
 /*
- * load.c — binding a snapshot's tensors to the weights the layer plans need.
+ * load.c — binding a model's tensors to the weights the layer plans need.
  *
- * The family names each canonical tensor (arch.h); the loader finds the
- * text model's prefix in the snapshot ("model.", or a multimodal wrapper's
- * "model.language_model." / "language_model.model."), then binds exactly the
- * tensors each layer's plan uses, checking presence, dtype and shape against
- * the config before anything runs; the error names the tensor, what the
- * config expects, and what the file holds. Dense weights may be
- * F32/F16/BF16; MLX affine quantized linears (weight U32 + scales + biases)
- * are recognised by their `.scales` tensor and checked against the
- * `quantization` block of config.json and its per-module overrides.
+ * The weights come from a weight source (io/wsource.h): a safetensors
+ * snapshot or a GGUF file, both asked by Hugging Face name. The family names
+ * each canonical tensor (arch.h); the loader finds the text model's prefix
+ * ("model.", or a multimodal wrapper's "model.language_model." /
+ * "language_model.model."), then binds exactly the tensors each layer's plan
+ * uses, checking presence, dtype and shape against the config before
+ * anything runs; the error names the tensor, what the config expects, and
+ * what the file holds. Dense weights may be F32/F16/BF16; MLX affine
+ * quantized linears (weight U32 + scales + biases) are recognised by their
+ * `.scales` tensor and checked against the `quantization` block of
+ * config.json and its per-module overrides.
+ *
+ * A GGUF's linears may hold ggml block types (Q4_0 ... Q6_K, IQ4_*). Where
+ * the backend takes the type (tern_backend_ggml_ok: the CPU takes every
+ * type tensor/ggml_quant.c dequantizes) the blocks bind as they are (a ggml
+ * tern_linear, backend.h); elsewhere they are dequantized to BF16 here, at
+ * load, and the memory that costs is logged (TERN_GGML_BF16=1 does that on
+ * every backend, which is how the CPU tests that path). q / k of llama
+ * GGUFs are in llama.cpp's row order: their rows are copied back into
+ * Hugging Face order into a buffer the model owns (a row copy, right for
+ * every type since a row holds whole blocks).
  *
  * Backend buffers are made per tensor (the CPU backend uses the mmapped
  * bytes in place; CUDA copies them to the device), except:
@@ -24,7 +36,9 @@
  *     float32 1 + w (the float32 sum transformers computes), so every norm
  *     op multiplies by its weight.
  */
+#include "io/wsource.h"
 #include "model/arch.h"
+#include "tensor/ggml_quant.h"
 #include "tensor/quant.h"
 
 #include <stdio.h>
@@ -43,7 +57,7 @@ enum { SLOT_W, SLOT_S, SLOT_B, SLOT_BIAS, SLOT_N };
 
 struct loader {
     struct tern_backend *be;
-    struct tern_snapshot *snap;
+    struct tern_wsource *ws;
     const struct tern_json_doc *cfg;
     const struct tern_family *fam;
     const struct tern_hparams *hp;
@@ -58,7 +72,24 @@ struct loader {
     struct slot *fuse; /* non-NULL while binding a fused group (SLOT_N slots) */
     struct slot *slot; /* where bind() uploads the tensor it is binding, or NULL */
     int norm_dtype;    /* the first norm's dtype in the file (the model's dtype), or -1 */
+    bool ggml_bf16;    /* dequantize every ggml block type to BF16 (TERN_GGML_BF16) */
+    /* ggml tensors dequantized to BF16 at load: count, bytes in the file, bytes bound */
+    size_t n_dequant;
+    uint64_t dequant_from, dequant_to;
+    int64_t ggml_params[64]; /* parameters bound per ggml block type (ids < 64) */
+    char label[512];         /* tensor names for messages (tern_wsource_label) */
 };
+
+/* A tensor's name for a message (the GGUF name too, for a GGUF). */
+static const char *lbl(struct loader *L, const char *name)
+{
+    return tern_wsource_label(L->ws, name, L->label, sizeof L->label);
+}
+
+static const char *src_path(const struct loader *L)
+{
+    return tern_wsource_path(L->ws);
+}
 
 static enum tern_status track_buf(struct tern_weights *w, struct tern_buf *b)
 {
@@ -95,45 +126,120 @@ static const char *tensor_name(const struct loader *L, enum tern_tensor_kind kin
     return buf;
 }
 
-/* Fetches `name` and checks its shape; `dtypes` is a mask of allowed dtypes. */
+/* In a dtype mask: ggml block types are welcome too (linear weights). */
+#define GGML_OK (1u << 31)
+
+/* Fetches `name` and checks its shape; `dtypes` is a mask of allowed dtypes
+ * (and GGML_OK). */
 static enum tern_status fetch(struct loader *L, const char *name, int n_dims,
-                              const int64_t *shape, unsigned dtypes, struct tern_tensor_view *v)
+                              const int64_t *shape, unsigned dtypes, struct tern_wview *w)
 {
-    TERN_TRY(tern_snapshot_get(L->snap, name, v));
+    TERN_TRY(tern_wsource_get(L->ws, name, w));
+    const struct tern_tensor_view *v = &w->v;
     char a[96], b[96];
-    if (!(dtypes & (1u << v->dtype)))
-        return tern_error(TERN_E_FORMAT, "%s: tensor '%s' has dtype %s, which this layer cannot use",
-                          tern_snapshot_dir(L->snap), name, tern_dtype_name(v->dtype));
+    if (w->ggml_type) {
+        const struct tern_ggml_traits *t = tern_ggml_type_traits(w->ggml_type);
+        if (!(dtypes & GGML_OK))
+            return tern_error(TERN_E_FORMAT,
+                              "%s: tensor %s has ggml type %s, which this layer cannot use",
+                              src_path(L), lbl(L, name), tern_ggml_type_name(w->ggml_type));
+        if (!t || !t->dequant || t->block < 2)
+            return tern_error(TERN_E_UNSUPPORTED,
+                              "%s: tensor %s has ggml type %s, which tern cannot dequantize",
+                              src_path(L), lbl(L, name), tern_ggml_type_name(w->ggml_type));
+    } else if (!(dtypes & (1u << v->dtype))) {
+        return tern_error(TERN_E_FORMAT, "%s: tensor %s has dtype %s, which this layer cannot use",
+                          src_path(L), lbl(L, name), tern_dtype_name(v->dtype));
+    }
     bool same = v->n_dims == n_dims;
     for (int i = 0; same && i < n_dims; i++) same = v->shape[i] == shape[i];
     if (!same)
-        return tern_error(TERN_E_FORMAT, "%s: tensor '%s' has shape %s, config expects %s",
-                          tern_snapshot_dir(L->snap), name, tern_shape_str(v->shape, v->n_dims, a, 96),
+        return tern_error(TERN_E_FORMAT, "%s: tensor %s has shape %s, config expects %s",
+                          src_path(L), lbl(L, name), tern_shape_str(v->shape, v->n_dims, a, 96),
                           tern_shape_str(shape, n_dims, b, 96));
     return TERN_OK;
 }
 
-/* Makes out a buffer holding v's bytes (or a slice of the fused group's). */
-static enum tern_status bind_view(struct loader *L, const struct tern_tensor_view *v, int n_dims,
+/* Whether a ggml block type binds as BF16 (the backend does not take it). */
+static bool ggml_to_bf16(const struct loader *L, uint32_t ggml_type)
+{
+    return ggml_type && (L->ggml_bf16 || !tern_backend_ggml_ok(L->be, ggml_type));
+}
+
+/* The bytes a fetched view binds as, where they differ from the file's: q /
+ * k rows back in Hugging Face order, and a ggml block type the backend does
+ * not take dequantized to BF16. w is updated (data, n_bytes, dtype,
+ * ggml_type); *tmp holds the new bytes (tern_free) or NULL. */
+static enum tern_status prepare(struct loader *L, struct tern_wview *w, void **tmp)
+{
+    struct tern_tensor_view *v = &w->v;
+    int64_t rows = v->n_dims ? v->shape[0] : 1;
+    *tmp = NULL;
+    if (w->rope_head_dim > 0 && rows > 0) {
+        if (!(*tmp = tern_malloc(v->n_bytes))) return TERN_E_NO_MEMORY;
+        tern_gguf_rows_unpermute(v->data, *tmp, rows, v->n_bytes / (size_t)rows, w->rope_head_dim);
+        v->data = *tmp;
+    }
+    if (!ggml_to_bf16(L, w->ggml_type) || rows <= 0) return TERN_OK;
+    int64_t in = v->shape[v->n_dims - 1];
+    size_t row_bytes = v->n_bytes / (size_t)rows, out_bytes = (size_t)(rows * in) * 2;
+    uint16_t *bf = tern_malloc(out_bytes);
+    float *row = tern_malloc((size_t)in * sizeof *row);
+    if (!bf || !row) {
+        tern_free(bf);
+        tern_free(row);
+        return TERN_E_NO_MEMORY;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        tern_ggml_dequant_row(w->ggml_type, (const char *)v->data + (size_t)r * row_bytes, row, in);
+        for (int64_t i = 0; i < in; i++) bf[r * in + i] = tern_f32_to_bf16(row[i]);
+    }
+    tern_free(row);
+    L->n_dequant++;
+    L->dequant_from += v->n_bytes;
+    L->dequant_to += out_bytes;
+    tern_free(*tmp);
+    *tmp = bf;
+    v->data = bf;
+    v->n_bytes = out_bytes;
+    v->dtype = TERN_DTYPE_BF16;
+    w->ggml_type = 0;
+    return TERN_OK;
+}
+
+/* Makes out a buffer holding w's bytes (or a slice of the fused group's),
+ * after prepare(); a ggml weight binds as [rows, row bytes] U8. */
+static enum tern_status bind_view(struct loader *L, struct tern_wview *w, int n_dims,
                                   const int64_t *shape, struct tern_dtensor *out)
 {
+    void *tmp;
+    TERN_TRY(prepare(L, w, &tmp));
+    const struct tern_tensor_view *v = &w->v;
     memset(out, 0, sizeof *out);
     out->dtype = v->dtype;
     out->n_dims = n_dims;
     memcpy(out->shape, shape, sizeof(int64_t) * (size_t)n_dims);
+    if (w->ggml_type) out->shape[n_dims - 1] = (int64_t)(v->n_bytes / (size_t)shape[0]);
+    enum tern_status st = TERN_OK;
     if (L->slot) { /* a piece of a fused linear: rows appended to the group's buffer */
         out->buf = L->slot->buf;
         out->offset = L->slot->off;
-        TERN_TRY(L->be->ops->upload(L->be, out, v->data, v->n_bytes));
+        st = L->be->ops->upload(L->be, out, v->data, v->n_bytes);
         L->slot->off += v->n_bytes;
-    } else if ((uintptr_t)v->data % tern_dtype_size(v->dtype) == 0) {
-        TERN_TRY(L->be->ops->buf_from_host(L->be, v->data, v->n_bytes, &out->buf));
-        TERN_TRY(track_buf(L->w, out->buf));
-    } else { /* safetensors does not promise alignment: copy a misaligned tensor */
-        TERN_TRY(L->be->ops->buf_alloc(L->be, v->n_bytes, &out->buf));
-        TERN_TRY(track_buf(L->w, out->buf));
-        TERN_TRY(L->be->ops->upload(L->be, out, v->data, v->n_bytes));
+    } else {
+        /* In place where the backend can; a copy of bytes made here, or of a
+         * misaligned tensor (safetensors does not promise alignment). */
+        bool in_place = !tmp && (uintptr_t)v->data % tern_dtype_size(v->dtype) == 0;
+        st = in_place ? L->be->ops->buf_from_host(L->be, v->data, v->n_bytes, &out->buf)
+                      : L->be->ops->buf_alloc(L->be, v->n_bytes, &out->buf);
+        if (st == TERN_OK && (st = track_buf(L->w, out->buf)) != TERN_OK) {
+            L->be->ops->buf_free(L->be, out->buf);
+            out->buf = NULL;
+        }
+        if (st == TERN_OK && !in_place) st = L->be->ops->upload(L->be, out, v->data, v->n_bytes);
     }
+    tern_free(tmp);
+    TERN_TRY(st);
     L->w->n_bytes += (int64_t)v->n_bytes;
     show_progress(L);
     return TERN_OK;
@@ -142,9 +248,9 @@ static enum tern_status bind_view(struct loader *L, const struct tern_tensor_vie
 static enum tern_status bind(struct loader *L, const char *name, int n_dims, const int64_t *shape,
                              unsigned dtypes, struct tern_dtensor *out)
 {
-    struct tern_tensor_view v;
-    TERN_TRY(fetch(L, name, n_dims, shape, dtypes, &v));
-    return bind_view(L, &v, n_dims, shape, out);
+    struct tern_wview w;
+    TERN_TRY(fetch(L, name, n_dims, shape, dtypes, &w));
+    return bind_view(L, &w, n_dims, shape, out);
 }
 
 #define FLOATS ((1u << TERN_DTYPE_F32) | (1u << TERN_DTYPE_F16) | (1u << TERN_DTYPE_BF16))
@@ -165,11 +271,12 @@ static enum tern_status bind_norm(struct loader *L, enum tern_tensor_kind kind, 
 {
     char name[256];
     tensor_name(L, kind, layer, "", name, sizeof name);
-    struct tern_tensor_view v;
-    TERN_TRY(fetch(L, name, 1, &n, FLOATS, &v));
+    struct tern_wview wv;
+    TERN_TRY(fetch(L, name, 1, &n, FLOATS, &wv));
+    const struct tern_tensor_view v = wv.v;
     L->w->n_params += n;
     if (L->norm_dtype < 0) L->norm_dtype = (int)v.dtype;
-    if (!L->hp->norm_plus_one) return bind_view(L, &v, 1, &n, out);
+    if (!L->hp->norm_plus_one) return bind_view(L, &wv, 1, &n, out);
     float *f = tern_malloc((size_t)n * sizeof *f);
     if (!f) return TERN_E_NO_MEMORY;
     for (int64_t i = 0; i < n; i++) f[i] = 1.0f + to_f32(v.data, v.dtype, (size_t)i);
@@ -229,17 +336,21 @@ static enum tern_status bind_linear(struct loader *L, const char *module, int64_
     lin->in_features = in;
     lin->out_features = out;
     snprintf(name, sizeof name, "%s.scales", module);
-    bool quantized = tern_snapshot_has(L->snap, name);
+    bool quantized = tern_wsource_has(L->ws, name);
     snprintf(name, sizeof name, "%s.weight", module);
     if (!quantized && L->quant && json_is_object(json_object_get(L->quant, module)))
         return tern_error(TERN_E_FORMAT,
                           "%s: config.json quantizes '%s' (quantization.%s) but the snapshot has "
                           "no '%s.scales'",
-                          tern_snapshot_dir(L->snap), module, module, module);
-    if (!quantized) {
+                          src_path(L), module, module, module);
+    if (!quantized) { /* dense, or a ggml block type */
         int64_t shape[2] = {out, in};
+        struct tern_wview wv;
         L->slot = L->fuse ? &L->fuse[SLOT_W] : NULL;
-        TERN_TRY(bind(L, name, 2, shape, FLOATS, &lin->weight));
+        TERN_TRY(fetch(L, name, 2, shape, FLOATS | GGML_OK, &wv));
+        TERN_TRY(bind_view(L, &wv, 2, shape, &lin->weight));
+        lin->ggml_type = wv.ggml_type; /* 0 once dequantized to BF16 */
+        if (lin->ggml_type < 64) L->ggml_params[lin->ggml_type] += out * in;
         L->w->n_params += out * in;
     } else {
         struct tern_quant_cfg q;
@@ -248,11 +359,11 @@ static enum tern_status bind_linear(struct loader *L, const char *module, int64_
             return tern_error(TERN_E_FORMAT,
                               "%s: '%s' is quantized (has .scales) but config.json has no "
                               "quantization for it",
-                              tern_snapshot_dir(L->snap), module);
+                              src_path(L), module);
         if (in % q.group_size)
             return tern_error(TERN_E_FORMAT,
                               "%s: '%s' input size %lld is not a multiple of its group_size %d",
-                              tern_snapshot_dir(L->snap), module, (long long)in, q.group_size);
+                              src_path(L), module, (long long)in, q.group_size);
         int64_t wshape[2] = {out, in * q.bits / 32}, sshape[2] = {out, in / q.group_size};
         L->slot = L->fuse ? &L->fuse[SLOT_W] : NULL;
         TERN_TRY(bind(L, name, 2, wshape, 1u << TERN_DTYPE_U32, &lin->weight));
@@ -264,7 +375,7 @@ static enum tern_status bind_linear(struct loader *L, const char *module, int64_
         TERN_TRY(bind(L, name, 2, sshape, SCALE_DTYPES, &lin->biases));
         if (lin->scales.dtype != lin->biases.dtype)
             return tern_error(TERN_E_FORMAT, "%s: '%s.scales' is %s but '%s.biases' is %s",
-                              tern_snapshot_dir(L->snap), module,
+                              src_path(L), module,
                               tern_dtype_name(lin->scales.dtype), module,
                               tern_dtype_name(lin->biases.dtype));
         lin->bits = q.bits;
@@ -292,44 +403,54 @@ static enum tern_status bind_kind(struct loader *L, enum tern_tensor_kind kind, 
 
 /* The byte sizes of the pieces of a fused group per tensor kind, or false
  * when the pieces do not share one format (dense: one dtype; quantized: the
- * same bits, group size and scale dtype; biases all of one dtype) or cannot
- * be read: then they are bound one by one, which also reports any error. */
+ * same bits, group size and scale dtype; ggml: one block type; biases all of
+ * one dtype; sizes as bound, after any dequantization to BF16) or cannot be
+ * read: then they are bound one by one, which also reports any error. */
 static bool group_sizes(struct loader *L, const char *const *mods, int n, bool has_bias,
                         size_t bytes[SLOT_N])
 {
     char name[256];
-    struct tern_tensor_view v;
-    int key0[5] = {0}; /* quantized, bits, group, weight dtype, scale dtype */
+    struct tern_wview w;
+    const struct tern_tensor_view *v = &w.v;
+    int key0[6] = {0}; /* quantized, bits, group, weight dtype, scale dtype, ggml type */
     int bias_dt = -1;
     memset(bytes, 0, sizeof(size_t) * SLOT_N);
     for (int i = 0; i < n; i++) {
         struct tern_quant_cfg q = {0, 0};
-        int key[5] = {0};
+        int key[6] = {0};
         snprintf(name, sizeof name, "%s.scales", mods[i]);
-        key[0] = tern_snapshot_has(L->snap, name);
+        key[0] = tern_wsource_has(L->ws, name);
         if (key[0]) {
-            if (tern_snapshot_get(L->snap, name, &v) != TERN_OK ||
+            if (tern_wsource_get(L->ws, name, &w) != TERN_OK ||
                 quant_for(L, mods[i], &q) != TERN_OK || !q.bits)
                 return false;
-            bytes[SLOT_S] += v.n_bytes;
-            key[4] = (int)v.dtype;
+            bytes[SLOT_S] += v->n_bytes;
+            key[4] = (int)v->dtype;
             snprintf(name, sizeof name, "%s.biases", mods[i]);
-            if (tern_snapshot_get(L->snap, name, &v) != TERN_OK || (int)v.dtype != key[4])
+            if (tern_wsource_get(L->ws, name, &w) != TERN_OK || (int)v->dtype != key[4])
                 return false;
-            bytes[SLOT_B] += v.n_bytes;
+            bytes[SLOT_B] += v->n_bytes;
         }
         key[1] = q.bits;
         key[2] = q.group_size;
         snprintf(name, sizeof name, "%s.weight", mods[i]);
-        if (tern_snapshot_get(L->snap, name, &v) != TERN_OK) return false;
-        bytes[SLOT_W] += v.n_bytes;
-        key[3] = (int)v.dtype;
+        if (tern_wsource_get(L->ws, name, &w) != TERN_OK) return false;
+        const struct tern_ggml_traits *gt = tern_ggml_type_traits(w.ggml_type);
+        if (w.ggml_type && (!gt || !gt->dequant || v->n_dims != 2)) return false;
+        if (ggml_to_bf16(L, w.ggml_type)) {
+            bytes[SLOT_W] += (size_t)tern_shape_numel(v->shape, v->n_dims) * 2;
+            key[3] = TERN_DTYPE_BF16;
+        } else {
+            bytes[SLOT_W] += v->n_bytes;
+            key[3] = (int)v->dtype;
+            key[5] = (int)w.ggml_type;
+        }
         if (has_bias) {
             snprintf(name, sizeof name, "%s.bias", mods[i]);
-            if (tern_snapshot_get(L->snap, name, &v) != TERN_OK) return false;
-            if (i > 0 && (int)v.dtype != bias_dt) return false;
-            bias_dt = (int)v.dtype;
-            bytes[SLOT_BIAS] += v.n_bytes;
+            if (tern_wsource_get(L->ws, name, &w) != TERN_OK) return false;
+            if (i > 0 && (int)v->dtype != bias_dt) return false;
+            bias_dt = (int)v->dtype;
+            bytes[SLOT_BIAS] += v->n_bytes;
         }
         if (i == 0) memcpy(key0, key, sizeof key);
         else if (memcmp(key0, key, sizeof key)) return false;
@@ -469,26 +590,29 @@ static enum tern_status find_prefix(struct loader *L)
         L->prefix = prefixes[i][0];
         L->head_prefix = prefixes[i][1];
         tensor_name(L, TT_EMBED, -1, ".weight", name, sizeof name);
-        if (tern_snapshot_has(L->snap, name)) return TERN_OK;
+        if (tern_wsource_has(L->ws, name)) return TERN_OK;
     }
     L->prefix = "model.";
     L->head_prefix = "";
     tensor_name(L, TT_EMBED, -1, ".weight", name, sizeof name);
-    return tern_error(TERN_E_FORMAT, "%s: no embedding tensor '%s' (nor under "
+    if (L->ws->gguf)
+        return tern_error(TERN_E_FORMAT, "%s: no embedding tensor %s", src_path(L),
+                          lbl(L, name));
+    return tern_error(TERN_E_FORMAT, "%s: no embedding tensor %s (nor under "
                       "'model.language_model.' or 'language_model.model.')",
-                      tern_snapshot_dir(L->snap), name);
+                      src_path(L), lbl(L, name));
 }
 
 static void report_unused(struct loader *L)
 {
     size_t n = 0;
-    const char **names = tern_snapshot_unused(L->snap, &n);
+    const char **names = tern_wsource_unused(L->ws, &n);
     L->w->n_unused = (int32_t)n;
     for (size_t i = 0; i < n && names; i++)
         tern_log(TERN_LOG_INFO, "%s: tensor '%s' is not used by the architecture",
-                 tern_snapshot_dir(L->snap), names[i]);
+                 src_path(L), names[i]);
     if (n)
-        tern_log(TERN_LOG_INFO, "%s: %zu unused tensor(s)", tern_snapshot_dir(L->snap), n);
+        tern_log(TERN_LOG_INFO, "%s: %zu unused tensor(s)", src_path(L), n);
     tern_free(names);
 }
 
@@ -540,22 +664,51 @@ static enum tern_status bind_head(struct loader *L)
     char name[256];
     TERN_TRY(bind_norm(L, TT_NORM, -1, hp->hidden_size, &w->norm));
     tensor_name(L, TT_LM_HEAD, -1, ".weight", name, sizeof name);
-    if (hp->tie_word_embeddings && !tern_snapshot_has(L->snap, name)) {
+    if (hp->tie_word_embeddings && !tern_wsource_has(L->ws, name)) {
         w->lm_head = w->embed_tokens;
         return TERN_OK;
     }
     return bind_kind(L, TT_LM_HEAD, -1, hp->vocab_size, hp->hidden_size, false, &w->lm_head);
 }
 
-enum tern_status tern_weights_load(struct tern_model_core *m, struct tern_snapshot *snap,
+/* After a load: the ggml block type most parameters are bound in, and the
+ * memory the BF16 copies of the others cost. */
+static void report_ggml(struct loader *L)
+{
+    int64_t best = 0;
+    for (uint32_t t = 0; t < 64; t++)
+        if (L->ggml_params[t] > best) {
+            best = L->ggml_params[t];
+            L->w->ggml_type = t;
+        }
+    if (!L->n_dequant) return;
+    char why[96];
+    if (L->ggml_bf16) snprintf(why, sizeof why, "as TERN_GGML_BF16 asks");
+    else snprintf(why, sizeof why, "as the %s backend has no kernels for them", L->be->ops->name);
+    tern_log(TERN_LOG_WARN,
+             "%s: %zu tensors of ggml block types (%.1f MB in the file) dequantized to BF16 at "
+             "load, %s: %.1f MB of weights instead (%.1fx)",
+             src_path(L), L->n_dequant, (double)L->dequant_from / 1e6, why,
+             (double)L->dequant_to / 1e6,
+             L->dequant_from ? (double)L->dequant_to / (double)L->dequant_from : 0.0);
+}
+
+static bool env_on(const char *name)
+{
+    const char *e = getenv(name);
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+enum tern_status tern_weights_load(struct tern_model_core *m, struct tern_wsource *ws,
                                    const struct tern_json_doc *cfg, bool progress)
 {
     struct tern_weights *w = &m->w;
     memset(w, 0, sizeof *w);
     struct loader L = {
-        .be = m->be, .snap = snap, .cfg = cfg, .fam = m->arch->family, .hp = &m->hp, .w = w,
-        .progress = progress, .n_total = tern_snapshot_n_tensors(snap), .t0 = tern_now_ns(),
+        .be = m->be, .ws = ws, .cfg = cfg, .fam = m->arch->family, .hp = &m->hp, .w = w,
+        .progress = progress, .n_total = tern_wsource_n_tensors(ws), .t0 = tern_now_ns(),
         .fuse_ok = m->be->device != TERN_DEVICE_CPU, .norm_dtype = -1,
+        .ggml_bf16 = env_on("TERN_GGML_BF16"),
     };
     TERN_TRY(find_quant(&L));
     TERN_TRY(find_prefix(&L));
@@ -569,8 +722,10 @@ enum tern_status tern_weights_load(struct tern_model_core *m, struct tern_snapsh
         if (progress) fputc('\n', stderr);
         return st;
     }
-    w->dtype = w->quant_bits && L.norm_dtype >= 0 ? (enum tern_dtype)L.norm_dtype
-                                                  : w->embed_tokens.weight.dtype;
+    report_ggml(&L);
+    bool packed = w->quant_bits || w->embed_tokens.ggml_type;
+    w->dtype = packed && L.norm_dtype >= 0 ? (enum tern_dtype)L.norm_dtype
+                                           : w->embed_tokens.weight.dtype;
     report_unused(&L);
     return TERN_OK;
 }

@@ -222,7 +222,7 @@ static enum tern_status plan_model(const struct tern_json_doc *top, struct tern_
     return kv_groups(m);
 }
 
-enum tern_status tern_model_core_load(struct tern_snapshot *snap, const struct tern_json_doc *cfg,
+enum tern_status tern_model_core_load(struct tern_wsource *ws, const struct tern_json_doc *cfg,
                                       const struct tern_backend_params *bp, bool progress,
                                       struct tern_model_core *m)
 {
@@ -232,7 +232,7 @@ enum tern_status tern_model_core_load(struct tern_snapshot *snap, const struct t
     if (st == TERN_OK) {
         char path[512];
         struct tern_json_doc tc = text_config(cfg, path, sizeof path);
-        st = tern_weights_load(m, snap, cfg, progress); /* quantization is top-level */
+        st = tern_weights_load(m, ws, cfg, progress); /* quantization is top-level */
         if (st == TERN_OK) st = ropes_init(&tc, m);
     }
     if (st != TERN_OK) {

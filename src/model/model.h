@@ -21,7 +21,7 @@
 
 #include "backend/backend.h"
 #include "io/config.h"
-#include "io/safetensors.h"
+#include "io/wsource.h"
 
 struct tern_family;
 
@@ -188,6 +188,7 @@ struct tern_weights {
     int64_t n_bytes;
     enum tern_dtype dtype; /* dominant dense dtype */
     int32_t quant_bits;    /* 0 when dense */
+    uint32_t ggml_type;    /* the ggml block type most linear parameters are bound in, or 0 */
     int32_t n_unused;
 };
 
@@ -212,10 +213,11 @@ struct tern_model_core {
     struct tern_step_plan *step;
 };
 
-/* Reads config.json, plans the layers, binds and checks every weight (an
+/* Reads config.json (for a GGUF: the one tern_gguf_hf_config synthesizes),
+ * plans the layers, binds and checks every weight of the source (an
  * unknown architecture, a missing or inconsistent key, a tensor of the
  * wrong shape or dtype: an error naming it), uploads the weights. */
-enum tern_status tern_model_core_load(struct tern_snapshot *snap, const struct tern_json_doc *cfg,
+enum tern_status tern_model_core_load(struct tern_wsource *ws, const struct tern_json_doc *cfg,
                                       const struct tern_backend_params *bp, bool progress,
                                       struct tern_model_core *m);
 void tern_model_core_free(struct tern_model_core *m);
@@ -228,7 +230,7 @@ bool tern_model_is_plain(const struct tern_model_core *m);
 
 /* Binds and validates every tensor the plans need (presence, dtype, shape
  * against the config) and makes backend buffers for them (load.c). */
-enum tern_status tern_weights_load(struct tern_model_core *m, struct tern_snapshot *snap,
+enum tern_status tern_weights_load(struct tern_model_core *m, struct tern_wsource *ws,
                                    const struct tern_json_doc *cfg, bool progress);
 void tern_weights_free(struct tern_backend *be, struct tern_weights *w);
 

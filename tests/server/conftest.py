@@ -1,5 +1,5 @@
-"""conftest.py — starts real `tern serve` processes on the tiny fixture model
-for the server tests. TERN_BIN and TERN_FIXTURES come from CTest (see
+"""conftest.py — starts real `tern serve` processes (on the tiny fixture model
+unless told another) for the server tests. TERN_BIN and TERN_FIXTURES come from CTest (see
 CMakeLists.txt); run by hand with them set, e.g.
 
   TERN_BIN=build/release/tern TERN_FIXTURES=tests/fixtures \
@@ -25,9 +25,9 @@ MODEL = os.path.join(FIXTURES, "models", "tiny-llama")
 class Server:
     """A running `tern serve`; .url is http://127.0.0.1:PORT."""
 
-    def __init__(self, *args, script=None, env=None, wait_ready=True):
+    def __init__(self, *args, script=None, env=None, wait_ready=True, model=MODEL):
         self.script_file = None
-        argv = [BIN, "serve", "--model", MODEL, "--port", "0", *args]
+        argv = [BIN, "serve", "--model", model, "--port", "0", *args]
         if script is not None:
             fd, self.script_file = tempfile.mkstemp(suffix=".json")
             with os.fdopen(fd, "w") as f:

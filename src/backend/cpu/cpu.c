@@ -4,6 +4,7 @@
  * cpu_ops.c; this file is memory and wiring.
  */
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/cpu_quant.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -132,6 +133,7 @@ static const struct tern_backend_ops cpu_ops = {
     .softcap = tern_cpu_softcap,
     .add = tern_cpu_add,
     .argmax = tern_cpu_argmax,
+    .ggml_type_ok = tern_cpu_ggml_type_ok,
 };
 
 enum tern_status tern_backend_cpu_create(const struct tern_backend_params *params,

@@ -1,7 +1,7 @@
 /*
  * cpu.h — the CPU backend's ops (the numerical reference) and its pointer
- * access. Activations and KV are float32; weights may be F32/F16/BF16 or
- * MLX-affine quantized. OpenMP across cores.
+ * access. Activations and KV are float32; weights may be F32/F16/BF16, MLX-affine
+ * quantized or of a ggml block type. OpenMP across cores.
  */
 #ifndef TERN_BACKEND_CPU_H
 #define TERN_BACKEND_CPU_H

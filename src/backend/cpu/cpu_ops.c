@@ -92,8 +92,9 @@ enum tern_status tern_cpu_get_rows(struct tern_backend *be, const struct tern_li
         if (ids[r] < 0 || ids[r] >= rows)
             return tern_error(TERN_E_INVALID_ARG, "token id %d out of range [0, %lld)", ids[r],
                               (long long)rows);
+    if (table->ggml_type) TERN_TRY(tern_cpu_check_ggml(table, "get_rows"));
     for (int64_t r = 0; r < n; r++) {
-        if (table->bits) tern_cpu_dequant_row(table, ids[r], o + r * width);
+        if (table->bits || table->ggml_type) tern_cpu_dequant_row(table, ids[r], o + r * width);
         else load_row(&table->weight, (int64_t)ids[r] * width, width, o + r * width);
     }
     return TERN_OK;
@@ -228,8 +229,9 @@ enum tern_status tern_cpu_matmul(struct tern_backend *be, const struct tern_dten
                           (long long)last_dim(x), (long long)in);
     if (y_col + out > width || y->shape[0] < T)
         return tern_error(TERN_E_INVALID_ARG, "matmul: output slice past y's bounds");
-    if (!w->bits && w->weight.dtype != TERN_DTYPE_F32 && w->weight.dtype != TERN_DTYPE_F16 &&
-        w->weight.dtype != TERN_DTYPE_BF16)
+    if (w->ggml_type) TERN_TRY(tern_cpu_check_ggml(w, "matmul"));
+    else if (!w->bits && w->weight.dtype != TERN_DTYPE_F32 && w->weight.dtype != TERN_DTYPE_F16 &&
+             w->weight.dtype != TERN_DTYPE_BF16)
         return tern_error(TERN_E_UNSUPPORTED, "cpu matmul: weight dtype %s",
                           tern_dtype_name(w->weight.dtype));
     const float *xp = tern_cpu_ptr(x);
@@ -240,7 +242,7 @@ enum tern_status tern_cpu_matmul(struct tern_backend *be, const struct tern_dten
         if (!bias) return TERN_E_NO_MEMORY;
         load_row(&w->bias, 0, out, bias);
     }
-    if (w->bits) {
+    if (w->bits || w->ggml_type) {
         enum tern_status st = tern_cpu_matmul_quant(be, xp, T, w, yp, width, y_col);
         if (st != TERN_OK) {
             tern_free(bias);

@@ -1,6 +1,8 @@
 /*
- * cpu_quant.c — dequantize-and-dot for MLX affine weights (see cpu_quant.h
- * and tensor/quant.h for the layout).
+ * cpu_quant.c — dequantize-and-dot for quantized weights: MLX affine (see
+ * cpu_quant.h and tensor/quant.h for the layout) and ggml's block types
+ * (tensor/ggml_quant.h: a row of blocks, dequantized by
+ * tern_ggml_dequant_row, bit for bit gguf-py's dequantize).
  *
  * Each thread dequantizes one weight row into float32 (whole words at a time
  * for 2/4/8 bits, a loop the compiler vectorises) and dots it with every
@@ -11,6 +13,7 @@
  */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_quant.h"
+#include "tensor/ggml_quant.h"
 #include "tensor/quant.h"
 
 #include <stdlib.h>
@@ -18,8 +21,34 @@
 #include <omp.h>
 #endif
 
+bool tern_cpu_ggml_type_ok(const struct tern_backend *be, uint32_t ggml_type)
+{
+    (void)be;
+    const struct tern_ggml_traits *t = tern_ggml_type_traits(ggml_type);
+    return t && t->dequant && t->block > 1;
+}
+
+enum tern_status tern_cpu_check_ggml(const struct tern_linear *w, const char *op)
+{
+    uint64_t rb = 0;
+    if (!tern_cpu_ggml_type_ok(NULL, w->ggml_type) || w->weight.dtype != TERN_DTYPE_U8 ||
+        w->weight.n_dims != 2 || !tern_ggml_row_bytes(w->ggml_type, w->in_features, &rb) ||
+        (uint64_t)w->weight.shape[1] != rb || w->weight.shape[0] < w->out_features)
+        return tern_error(TERN_E_INVALID_ARG,
+                          "cpu %s: ggml weight of type %s is not [%lld rows, %llu bytes] u8", op,
+                          tern_ggml_type_name(w->ggml_type), (long long)w->out_features,
+                          (unsigned long long)rb);
+    return TERN_OK;
+}
+
 void tern_cpu_dequant_row(const struct tern_linear *w, int64_t row, float *out)
 {
+    if (w->ggml_type) {
+        size_t rb = (size_t)w->weight.shape[1];
+        const char *p = (const char *)tern_cpu_ptr(&w->weight) + (size_t)row * rb;
+        tern_ggml_dequant_row(w->ggml_type, p, out, w->in_features);
+        return;
+    }
     int64_t in = w->in_features, n_groups = in / w->group_size;
     int64_t words = in * w->bits / 32;
     size_t ssz = tern_dtype_size(w->scales.dtype);
