@@ -1,6 +1,6 @@
 /*
  * test_ops_cuda.c — every CUDA op against the CPU reference backend on fresh
- * random inputs (odd sizes, GQA ratios 1/2/4/8, head_dim 64/128, sequences
+ * random inputs (odd sizes, GQA ratios 1/2/4/8/16, head_dim 64/128/256/512, sequences
  * crossing KV block boundaries, prefill and decode sequences in one ragged
  * batch, sliding window, softcap), and batch invariance of the
  * deterministic mode (a sequence alone and inside a larger batch must give
@@ -287,6 +287,63 @@ static void test_elementwise(void **state)
     free_all();
 }
 
+/* The non-llama blocks' ops: GeGLU over a gate_up buffer and a gated
+ * activation over two column windows of different tensors (Gemma 4's
+ * per-layer inputs, y F32), scale by a constant, by a [1] tensor, and as an
+ * F32 -> BF16 conversion, softcap, and head_rmsnorm without a weight. */
+static void test_gemma_ops(void **state)
+{
+    NEED_GPU();
+    int64_t T = 7, ff = 300, P = 48, L = 3, s2[2] = {T, 2 * ff}, s1[2] = {T, ff};
+    float *gu = rand_vec((size_t)(T * 2 * ff), 3.0f);
+    struct tern_dtensor gc = mk(cpu, TERN_DTYPE_F32, 2, s2, gu), gg = mk(gpu, TERN_DTYPE_BF16, 2, s2, gu);
+    struct tern_dtensor oc = mk_out(cpu, TERN_DTYPE_F32, 2, s1), og = mk_out(gpu, TERN_DTYPE_BF16, 2, s1);
+    tu_ok(cpu->ops->act_mul(cpu, &gc, 0, &gc, ff, TERN_GLU_GELU_TANH, &oc));
+    tu_ok(gpu->ops->act_mul(gpu, &gg, 0, &gg, ff, TERN_GLU_GELU_TANH, &og));
+    expect_close("act_mul gelu_tanh", get(gpu, &og), get(cpu, &oc), (size_t)(T * ff), TOL_BF16);
+    /* gate [T, P] (act dtype) times layer 1's slice of pli [T, L P] (F32) */
+    int64_t sg[2] = {T, P}, sp[2] = {T, L * P};
+    float *ga = rand_vec((size_t)(T * P), 2.0f), *pl = rand_vec((size_t)(T * L * P), 1.0f);
+    struct tern_dtensor xc = mk(cpu, TERN_DTYPE_F32, 2, sg, ga), xg = mk(gpu, TERN_DTYPE_BF16, 2, sg, ga);
+    struct tern_dtensor yc = mk(cpu, TERN_DTYPE_F32, 2, sp, pl), yg = mk(gpu, TERN_DTYPE_F32, 2, sp, pl);
+    struct tern_dtensor pc = mk_out(cpu, TERN_DTYPE_F32, 2, sg), pg = mk_out(gpu, TERN_DTYPE_BF16, 2, sg);
+    tu_ok(cpu->ops->act_mul(cpu, &xc, 0, &yc, P, TERN_GLU_GELU_TANH, &pc));
+    tu_ok(gpu->ops->act_mul(gpu, &xg, 0, &yg, P, TERN_GLU_GELU_TANH, &pg));
+    expect_close("act_mul windows", get(gpu, &pg), get(cpu, &pc), (size_t)(T * P), TOL_BF16);
+    assert_int_equal(gpu->ops->act_mul(gpu, &xg, 0, &yg, 3 * P, TERN_GLU_GELU_TANH, &pg),
+                     TERN_E_INVALID_ARG); /* the window runs past y's rows */
+    /* scale: constant, learned scalar, and F32 -> BF16 */
+    float sv = 0.625f;
+    int64_t one[1] = {1};
+    struct tern_dtensor sc1 = mk(cpu, TERN_DTYPE_F32, 1, one, &sv), sg1 = mk(gpu, TERN_DTYPE_BF16, 1, one, &sv);
+    struct tern_dtensor rc = mk(cpu, TERN_DTYPE_F32, 2, sp, pl), rg = mk(gpu, TERN_DTYPE_F32, 2, sp, pl);
+    tu_ok(cpu->ops->scale(cpu, &rc, 1.7320508f, NULL, &rc));
+    tu_ok(gpu->ops->scale(gpu, &rg, 1.7320508f, NULL, &rg));
+    tu_ok(cpu->ops->scale(cpu, &rc, 1.0f, &sc1, &rc));
+    tu_ok(gpu->ops->scale(gpu, &rg, 1.0f, &sg1, &rg));
+    expect_close("scale", get(gpu, &rg), get(cpu, &rc), (size_t)(T * L * P), TOL_F32);
+    struct tern_dtensor hg = mk_out(gpu, TERN_DTYPE_BF16, 2, sp);
+    tu_ok(gpu->ops->scale(gpu, &rg, 1.0f, NULL, &hg));
+    expect_close("scale to bf16", get(gpu, &hg), get(cpu, &rc), (size_t)(T * L * P), TOL_BF16);
+    /* softcap of F32 logits */
+    int64_t sl[2] = {3, 1000};
+    float *lg = rand_vec(3000, 80.0f);
+    struct tern_dtensor lc = mk(cpu, TERN_DTYPE_F32, 2, sl, lg), lgd = mk(gpu, TERN_DTYPE_F32, 2, sl, lg);
+    tu_ok(cpu->ops->softcap(cpu, &lc, 30.0f));
+    tu_ok(gpu->ops->softcap(gpu, &lgd, 30.0f));
+    expect_close("softcap", get(gpu, &lgd), get(cpu, &lc), 3000, TOL_F32);
+    /* v_norm: per-head RMSNorm without weight over heads of 512 */
+    int64_t sq[2] = {T, 4 * 512};
+    float *q = rand_vec((size_t)(T * 4 * 512), 3.0f);
+    struct tern_dtensor qc = mk(cpu, TERN_DTYPE_F32, 2, sq, q), qg = mk(gpu, TERN_DTYPE_BF16, 2, sq, q);
+    tu_ok(cpu->ops->head_rmsnorm(cpu, &qc, 512, 2, 512, NULL, 1e-6f));
+    tu_ok(gpu->ops->head_rmsnorm(gpu, &qg, 512, 2, 512, NULL, 1e-6f));
+    expect_close("head_rmsnorm without weight", get(gpu, &qg), get(cpu, &qc), (size_t)(T * 4 * 512),
+                 TOL_BF16);
+    tern_free(gu), tern_free(ga), tern_free(pl), tern_free(lg), tern_free(q);
+    free_all();
+}
+
 /* ------------------------------------------------------------ matmul */
 
 struct mm_case {
@@ -522,8 +579,10 @@ static void test_attention(void **state)
     struct {
         int H, KVH, D, window;
         float softcap;
-    } cs[] = {{8, 8, 64, 0, 0}, {8, 4, 128, 0, 0}, {16, 4, 64, 37, 0}, {32, 4, 128, 0, 30.0f},
-              {8, 1, 128, 100, 0}, {12, 6, 64, 0, 0}};
+    } cs[] = {{8, 8, 64, 0, 0},    {8, 4, 128, 0, 0},   {16, 4, 64, 37, 0},  {32, 4, 128, 0, 30.0f},
+              {8, 1, 128, 100, 0}, {12, 6, 64, 0, 0},   {4, 2, 256, 0, 0},   {8, 4, 256, 40, 50.0f},
+              /* Gemma 4's global layers (the generic kernel), one with 16 q heads a kv head */
+              {4, 1, 512, 0, 0},   {16, 1, 512, 0, 0}};
     /* prefill from scratch, decode, chunked prefill, long decode, short chunk, decode */
     int ctx[6] = {0, 50, 17, 300, 5, 129}, ql[6] = {37, 1, 70, 1, 2, 1};
     for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
@@ -953,6 +1012,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_get_rows),         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_head_rmsnorm_rope), cmocka_unit_test(test_elementwise),
+        cmocka_unit_test(test_gemma_ops),
         cmocka_unit_test(test_matmul),           cmocka_unit_test(test_attention),
         cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_qk_rope_store),
         cmocka_unit_test(test_matmul_glu),       cmocka_unit_test(test_decode_splits),

@@ -2,7 +2,8 @@
  * cuda_attn_prefill.cu — causal attention for sequences with more than one
  * query token, FlashAttention-2 style, over the paged KV cache.
  *
- * One block per (query tile of 64 or 128 rows, query head, sequence); warp w
+ * One block per (query tile of 64 or 128 rows (64 at head_dim 256), query
+ * head, sequence); warp w
  * owns query rows [16w, 16w + 16) of the tile. K/V tiles of 64 keys are gathered
  * through the block table with cp.async (zero-filled past the causal end so
  * unwritten cache memory never reaches the arithmetic) into a double buffer,
@@ -132,7 +133,11 @@ static __global__ void __launch_bounds__(PF_BR * 2)
     int wpos_max = a.positions[qs + q0 + min(warp * 16 + 15, nq - 1)];
     float qscale = a.softcap > 0.0f ? a.scale : a.scale * LOG2E;
 
-    uint32_t qf[KD][4];
+    /* Q's fragments live in registers for D <= 128; at D = 256 the O
+     * accumulator takes the registers and Q is read from shared memory per
+     * k-step instead. */
+    constexpr bool QREG = D <= 128;
+    uint32_t qf[QREG ? KD : 1][4];
     float o[ND][4];
 #pragma unroll
     for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
@@ -149,9 +154,9 @@ static __global__ void __launch_bounds__(PF_BR * 2)
             cp_wait<0>();
         }
         __syncthreads();
-        if (kb == kb_lo) {
+        if (QREG && kb == kb_lo) {
 #pragma unroll
-            for (int k = 0; k < KD; k++) {
+            for (int k = 0; k < (QREG ? KD : 1); k++) {
                 qf[k][0] = *(const uint32_t *)(sQ + r0 * P + 16 * k + 2 * qd);
                 qf[k][1] = *(const uint32_t *)(sQ + r1 * P + 16 * k + 2 * qd);
                 qf[k][2] = *(const uint32_t *)(sQ + r0 * P + 16 * k + 8 + 2 * qd);
@@ -160,16 +165,28 @@ static __global__ void __launch_bounds__(PF_BR * 2)
         }
         const bf16 *k_t = sK + buf * PF_BC * P, *v_t = sV + buf * PF_BC * P;
 
-        /* S = Q K^T for this warp's 16 rows and the tile's 64 keys. */
+        /* S = Q K^T for this warp's 16 rows and the tile's 64 keys (the same
+         * MMAs in the same order either way Q is held). */
         float sc[PF_BC / 8][4];
 #pragma unroll
-        for (int n = 0; n < PF_BC / 8; n++) {
-            sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
-            const bf16 *kr = k_t + (8 * n + gid) * P + 2 * qd;
+        for (int n = 0; n < PF_BC / 8; n++) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
 #pragma unroll
-            for (int k = 0; k < KD; k++)
-                mma16816(sc[n], qf[k], *(const uint32_t *)(kr + 16 * k),
+        for (int k = 0; k < KD; k++) {
+            uint32_t qs4[4];
+            const uint32_t *qk = qf[QREG ? k : 0];
+            if (!QREG) {
+                qs4[0] = *(const uint32_t *)(sQ + r0 * P + 16 * k + 2 * qd);
+                qs4[1] = *(const uint32_t *)(sQ + r1 * P + 16 * k + 2 * qd);
+                qs4[2] = *(const uint32_t *)(sQ + r0 * P + 16 * k + 8 + 2 * qd);
+                qs4[3] = *(const uint32_t *)(sQ + r1 * P + 16 * k + 8 + 2 * qd);
+                qk = qs4;
+            }
+#pragma unroll
+            for (int n = 0; n < PF_BC / 8; n++) {
+                const bf16 *kr = k_t + (8 * n + gid) * P + 2 * qd;
+                mma16816(sc[n], qk, *(const uint32_t *)(kr + 16 * k),
                          *(const uint32_t *)(kr + 16 * k + 8));
+            }
         }
         /* Scale, softcap, mask (only on tiles that cross a boundary of one of
          * this warp's rows); row maxima. */
@@ -272,7 +289,10 @@ template <int D, int BR> static cudaError_t prefill_launch(cudaStream_t st, cons
  * visited in the same absolute order), so this choice keeps batch invariance. */
 template <int D> static cudaError_t prefill_d(cudaStream_t st, const struct tk_attn_args *a)
 {
-    return a->max_q_len > 64 ? prefill_launch<D, 128>(st, a) : prefill_launch<D, 64>(st, a);
+    /* D = 256: 64-row tiles only (the 128-row tile's shared memory and
+     * registers would not fit) */
+    if constexpr (D > 128) return prefill_launch<D, 64>(st, a);
+    else return a->max_q_len > 64 ? prefill_launch<D, 128>(st, a) : prefill_launch<D, 64>(st, a);
 }
 
 extern "C" cudaError_t tk_attn_prefill(cudaStream_t st, const struct tk_attn_args *a)
@@ -281,6 +301,7 @@ extern "C" cudaError_t tk_attn_prefill(cudaStream_t st, const struct tk_attn_arg
     switch (a->head_dim) {
     case 64: return prefill_d<64>(st, a);
     case 128: return prefill_d<128>(st, a);
+    case 256: return prefill_d<256>(st, a);
     default: return cudaErrorInvalidValue;
     }
 }

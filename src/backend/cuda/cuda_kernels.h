@@ -132,7 +132,7 @@ struct tk_attn_args {
 };
 
 /* Sequences with more than one query token (FlashAttention-2 style tiles on
- * mma.sync tensor cores). head_dim 64 or 128. */
+ * mma.sync tensor cores). head_dim 64, 128 or 256. */
 cudaError_t tk_attn_prefill(cudaStream_t st, const struct tk_attn_args *a);
 
 /* Bytes of workspace the decode kernel needs for `n_splits` KV splits
