@@ -158,7 +158,7 @@ struct tern_engine_params {
  *       are bitwise the same whether it runs alone or inside any batch, and
  *       from run to run, process to process (one matmul algorithm per weight
  *       shape, fixed attention splits). Costs decode throughput at small
- *       batches (docs/perf/cuda-model.md has the measured price).
+ *       batches (docs/perf/batched.md has the measured price).
  *   deterministic = false (default)   the same batch on the same engine gives
  *       bitwise the same result (no atomics; graph replay and op-by-op runs
  *       agree bitwise), but a sequence's results can differ in the last bits

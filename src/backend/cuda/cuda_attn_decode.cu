@@ -368,7 +368,7 @@ dec_split(const struct tk_attn_args &a, int n_splits, float *ws, const int32_t *
  * only where a split of the launch's longest sequence (max_seq_len) is at
  * most one step of its block (W * U rows: 64 at the 8B shape): with longer
  * splits, the H200 ran a 16-block cluster (placed within one GPC) slower
- * than the same split merged through the workspace (docs/perf/cuda-model.md,
+ * than the same split merged through the workspace (docs/perf/decode.md,
  * 2026-11-30). */
 #define DEC_CLUSTER_MAX 16
 

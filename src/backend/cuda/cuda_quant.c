@@ -17,7 +17,7 @@
  * register GEMV of cuda_quant.cu for other widths and operands, up to
  * TERN_CUDA_GEMV_MAX_T. The choice depends on the weight, never on T below
  * those limits, so a token's result does not depend on the token count up
- * to them. Measured on the H200 (docs/perf/quant.md): at 4 bits the
+ * to them. Measured on the H200 (docs/perf/quantized.md): at 4 bits the
  * tensor-core GEMV is 3% faster than the register one at T = 1 and 4x at
  * T = 8; at 8 bits and T = 1 the register GEMV streams at 94% of the copy
  * rate. The dequantize before cuBLASLt is tk_qdequant_fast where it applies

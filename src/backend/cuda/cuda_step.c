@@ -58,7 +58,7 @@ static bool bf16_vec(const struct tern_dtensor *t, int64_t n)
  * best over the grid's warp groups, with at most TK_STEP_LT tiles per group
  * and max_slots per block; within 2% the fewer warps per tile (longer
  * slices: fewer tile ends). On the 8B (132 SMs): qkv 16; o, gate_up,
- * down and lm_head 8, the best of the lab's sweeps (docs/perf/quant.md).
+ * down and lm_head 8, the best of the lab's sweeps (docs/perf/quantized.md).
  * -1: none fits. */
 static int pick_lks(int64_t tiles, int64_t nG, int grid, int64_t max_slots)
 {

@@ -7,7 +7,7 @@
  * lines (data and a per-launch flag in one 16-byte store, ll_put) that the
  * consumers poll, so a dependency costs one L2 round trip. Why: launched op
  * by op the step's GEMVs reach only ~55% of the copy rate and every one of
- * its ~230 kernel boundaries costs microseconds (docs/perf/quant.md has the
+ * its ~230 kernel boundaries costs microseconds (docs/perf/quantized.md has the
  * labs and the measurements). Host side: cuda_step.c.
  *
  * Weights: each linear is repacked at load (cuda_step_repack.cu, which has
@@ -471,7 +471,7 @@ static __device__ void st_finish(const tk_step_args &a, const tk_step_op &o, int
     /* row lane & 15: lanes < 16 sum the first half of the slices, the
      * others the second (in order), then the halves; at most 8 slices a
      * half, predicated: the epilogue runs cold once per op, and each taken
-     * jump of cold code costs a fetch (docs/perf/step-phases.md) */
+     * jump of cold code costs a fetch (docs/perf/decode.md) */
     const int ks = 1 << o.lks, half = ks >> 1;
     const int cnt = ks == 1 ? (lane < 16) : half; /* ks 1: lanes < 16 take slice 0 */
     const float *pp = parts + (lane < 16 ? 0 : half) * 16 + (lane & 15);

@@ -316,7 +316,7 @@ static __device__ void st_att_item(const tk_step_args &a, const st_consts *P, in
      * no warp trees and no barrier between (a chain's latency is what this
      * step costs: dev/kernels/att_lab.cu). The loops stay rolled: unrolled,
      * with the loads of 8 splits issued together, the merge took 1.28-1.47
-     * us instead of 1.06 (docs/perf/quant.md, "What a hop costs") */
+     * us instead of 1.06 (docs/perf/quantized.md, "What a hop costs") */
 #pragma unroll
     for (int j = 0; j < ST_ATT_PER; j++) {
         int i = tid + j * nt;

@@ -72,7 +72,7 @@ static __device__ __forceinline__ uint2 ll_ready(const uint4 *p, uint4 v, uint32
  * lane loads all its pending lines again. (Every thread polling every
  * pending line, ~2k lines of 16 bytes per block and round, 132 blocks
  * reading the same ~32 KB, kept L2 busy enough to slow every hop: 584.1 ->
- * 608.3 tok/s. Both in docs/perf/quant.md.) A line that never comes (a bug)
+ * 608.3 tok/s. Both in docs/perf/quantized.md.) A line that never comes (a bug)
  * traps after ~2^34 cycles. */
 template <int N = ST_LLB>
 static __device__ __forceinline__ void ll_gather(const uint4 *src, int base, int n, uint32_t f,
