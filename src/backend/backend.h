@@ -159,6 +159,42 @@ struct tern_attn_params {
     float softcap;          /* 0 = none; else logits = softcap * tanh(logits / softcap) */
 };
 
+/* The experts of one mixture-of-experts layer: E gated MLPs of one shape,
+ * each projection one linear whose rows are the experts' rows end to end
+ * (a [E, out, in] tensor seen as [E * out, in]; MLX affine weights quantize
+ * each row on its own, so expert e of a quantized stack is simply its rows).
+ *
+ *   gate_up [E * 2 I, H]   expert e: gate rows [2 I e, 2 I e + I),
+ *                                    up rows   [2 I e + I, 2 I (e + 1))
+ *   down    [E * H, I]     expert e: rows [H e, H (e + 1))
+ *
+ * This is the form a grouped GEMM takes: one launch per projection over
+ * the tokens sorted by expert, each group a row slice of one weight. */
+struct tern_experts {
+    int32_t n_experts;    /* E */
+    int64_t hidden;       /* H */
+    int64_t intermediate; /* I, each expert's */
+    struct tern_linear gate_up;
+    struct tern_linear down;
+};
+
+/* The operands of moe_experts. T tokens, each routed to k experts (the
+ * columns of ids). */
+struct tern_moe_io {
+    const struct tern_dtensor *x;       /* [T, H] the experts' input (activation dtype) */
+    const struct tern_dtensor *ids;     /* [T, k] I32 expert ids (moe_route) */
+    const struct tern_dtensor *weights; /* [T, k] F32 their weights (moe_route) */
+    /* A shared expert's output, added to each token's sum (Qwen2-MoE), or
+     * NULL; scaled by sigmoid(shared_gate[t]) when shared_gate ([T, 1] F32
+     * logits) is non-NULL. */
+    const struct tern_dtensor *shared;
+    const struct tern_dtensor *shared_gate;
+    struct tern_dtensor *act;   /* scratch [T k, I] (activation dtype) */
+    struct tern_dtensor *order; /* scratch I32 [T k + E + 1]: the (token, slot) pairs grouped by
+                                 * expert, then the groups' offsets (backends that group) */
+    struct tern_dtensor *out;   /* [T, H]; aliases neither x nor shared */
+};
+
 /* The KV cache of one layer. */
 struct tern_kv_layer {
     struct tern_dtensor k; /* [n_blocks, block_size, n_kv_heads, head_dim] */
@@ -341,6 +377,27 @@ struct tern_backend_ops {
     /* out = a + b, elementwise, same shapes (out may alias a). */
     enum tern_status (*add)(struct tern_backend *be, const struct tern_dtensor *a,
                             const struct tern_dtensor *b, struct tern_dtensor *out);
+    /* optional (NULL = no mixture-of-experts layers): the router's choice.
+     * For each token t: p = softmax(logits[t]) over the E experts in
+     * float32; ids[t] = the top_k experts by p, highest first, an equal p
+     * going to the lower expert index; weights[t, j] = p[ids[t, j]], divided
+     * by the k values' sum when renorm, then times expert_scale[ids[t, j]]
+     * when expert_scale ([E], a float dtype) is non-NULL. logits [T, E] F32;
+     * ids [T, top_k] I32; weights [T, top_k] F32. */
+    enum tern_status (*moe_route)(struct tern_backend *be, const struct tern_dtensor *logits,
+                                  int32_t top_k, bool renorm,
+                                  const struct tern_dtensor *expert_scale,
+                                  struct tern_dtensor *ids, struct tern_dtensor *weights);
+    /* optional (with moe_route): the experts' outputs, weighted and summed.
+     * out[t] = sum over token t's experts e = ids[t, j] in increasing e of
+     * weights[t, j] * down_e(act(gate_e x[t]) * up_e x[t]), float32 sums
+     * starting from 0 (as transformers' index_add_ over experts in order),
+     * then + sigmoid(shared_gate[t]) * shared[t] (io->shared). A token's
+     * output depends on its own x row, ids and weights only (batch
+     * invariant); how a backend groups the work (by token, or tokens
+     * sorted by expert) is its own. */
+    enum tern_status (*moe_experts)(struct tern_backend *be, const struct tern_experts *w,
+                                    enum tern_glu_act act, const struct tern_moe_io *io);
     /* out[r] = argmax of row r of logits [n, vocab] F32 (first index on ties). */
     enum tern_status (*argmax)(struct tern_backend *be, const struct tern_dtensor *logits,
                                struct tern_dtensor *out);

@@ -133,6 +133,8 @@ static const struct tern_backend_ops cpu_ops = {
     .softcap = tern_cpu_softcap,
     .add = tern_cpu_add,
     .argmax = tern_cpu_argmax,
+    .moe_route = tern_cpu_moe_route,
+    .moe_experts = tern_cpu_moe_experts,
     .ggml_type_ok = tern_cpu_ggml_type_ok,
 };
 

@@ -45,6 +45,15 @@ enum tern_status tern_cpu_scale(struct tern_backend *be, const struct tern_dtens
 enum tern_status tern_cpu_softcap(struct tern_backend *be, struct tern_dtensor *x, float cap);
 enum tern_status tern_cpu_argmax(struct tern_backend *be, const struct tern_dtensor *logits,
                                  struct tern_dtensor *out);
+/* The gate activation act_mul applies (float32). */
+float tern_cpu_glu_act(enum tern_glu_act act, float a);
+/* cpu_moe.c: the mixture-of-experts ops. */
+enum tern_status tern_cpu_moe_route(struct tern_backend *be, const struct tern_dtensor *logits,
+                                    int32_t top_k, bool renorm,
+                                    const struct tern_dtensor *expert_scale,
+                                    struct tern_dtensor *ids, struct tern_dtensor *weights);
+enum tern_status tern_cpu_moe_experts(struct tern_backend *be, const struct tern_experts *w,
+                                      enum tern_glu_act act, const struct tern_moe_io *io);
 /* cpu_fused.c: the fused ops as the sequence of the ops above. */
 enum tern_status tern_cpu_qk_rope_store(struct tern_backend *be, struct tern_dtensor *qkv,
                                         const struct tern_dtensor *q_norm,

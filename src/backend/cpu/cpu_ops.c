@@ -411,6 +411,11 @@ static float act_f(enum tern_glu_act act, float a)
     return 0.5f * a * (1.0f + tanhf(k * (a + 0.044715f * a * a * a)));
 }
 
+float tern_cpu_glu_act(enum tern_glu_act act, float a)
+{
+    return act_f(act, a);
+}
+
 enum tern_status tern_cpu_act_mul(struct tern_backend *be, const struct tern_dtensor *x,
                                   int64_t x_col, const struct tern_dtensor *y, int64_t y_col,
                                   enum tern_glu_act act, struct tern_dtensor *out)
