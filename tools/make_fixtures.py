@@ -43,8 +43,9 @@ from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma2ForCausalLM,
                           Gemma4Config, Gemma4ForCausalLM, Gemma4ForConditionalGeneration,
                           Gemma4TextConfig, Gemma4UnifiedConfig, Gemma4UnifiedForConditionalGeneration,
                           GemmaConfig, GemmaForCausalLM, GenerationConfig, LlamaConfig, LlamaForCausalLM,
-                          MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
-                          Qwen3Config, Qwen3ForCausalLM)
+                          MistralConfig, MistralForCausalLM, MixtralConfig, MixtralForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import oracle_tokenizer  # noqa: E402
@@ -257,6 +258,75 @@ GEMMA_FIXTURES = [
 
 FIXTURES += GEMMA_FIXTURES
 
+# Mixtures of experts. transformers 5 saves the Qwen and Mixtral experts one tensor per expert
+# (mlp.experts.{e}.gate_proj ..., block_sparse_moe.experts.{e}.w1 ...) and Gemma 4's fused
+# (experts.gate_up_proj [E, 2I, H], experts.down_proj [E, H, I]), so both layouts are covered;
+# make_quant_fixtures.py makes the MLX one (switch_mlp). Each seed must also route robustly:
+# at every MoE layer and token of prompt + greedy, the k-th and (k+1)-th router probabilities
+# differ by at least MIN_ROUTER_GAP (checks.min_router_gap), so float32 rounding cannot pick
+# other experts than the oracle's.
+MOE_FIXTURES = [
+    {
+        "name": "tiny-qwen3-moe", "arch": (Qwen3MoeConfig, Qwen3MoeForCausalLM), "dtype": torch.bfloat16,
+        "seed": 13000, "style": "legacy", "prompt_len": 20,
+        "config": dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                       num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                       norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1],
+                       max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                       attention_bias=False, use_sliding_window=False, sliding_window=None,
+                       tie_word_embeddings=True, bos_token_id=1, eos_token_id=2),
+        # Published Qwen3-MoE snapshots name the expert count num_experts (transformers 5 writes
+        # num_local_experts, and reads either).
+        "config_json": {"num_experts": 8, "num_local_experts": None},
+    },
+    {
+        "name": "tiny-mixtral", "arch": (MixtralConfig, MixtralForCausalLM), "dtype": torch.bfloat16,
+        "seed": 14000, "style": "legacy", "prompt_len": 16,
+        "config": dict(vocab_size=256, hidden_size=48, intermediate_size=32, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, num_local_experts=8,
+                       num_experts_per_tok=2, max_position_embeddings=256, rms_norm_eps=1e-5,
+                       rope_theta=1000000.0, sliding_window=None, tie_word_embeddings=False,
+                       bos_token_id=1, eos_token_id=2),
+    },
+    {
+        "name": "tiny-qwen2-moe", "arch": (Qwen2MoeConfig, Qwen2MoeForCausalLM), "dtype": torch.bfloat16,
+        "seed": 15000, "style": "legacy", "prompt_len": 18,
+        "config": dict(vocab_size=256, hidden_size=48, intermediate_size=96, num_hidden_layers=3,
+                       num_attention_heads=4, num_key_value_heads=2, num_experts=8,
+                       num_experts_per_tok=4, moe_intermediate_size=24,
+                       shared_expert_intermediate_size=64, norm_topk_prob=False,
+                       decoder_sparse_step=2, mlp_only_layers=[], qkv_bias=True,
+                       max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                       use_sliding_window=False, sliding_window=None, max_window_layers=3,
+                       tie_word_embeddings=True, bos_token_id=1, eos_token_id=2),
+        # As in published Qwen1.5-MoE snapshots: no layer_types.
+        "config_json": {"layer_types": None},
+    },
+    {
+        "name": "tiny-gemma4-moe", "arch": (Gemma4TextConfig, Gemma4ForCausalLM), "dtype": torch.bfloat16,
+        "seed": 16000, "style": "v5", "prompt_len": 24, "norm": "w", "layer_scalar": True,
+        "embed_std": 0.05, "qk_norm": 0.5,
+        # The 26B-A4B's shape in small: k_eq_v full layers with one kv head, no per-layer
+        # inputs or shared K/V, a dense MLP beside 8 experts of which 4 are used.
+        "config": dict(vocab_size=192, hidden_size=64, intermediate_size=32, num_hidden_layers=4,
+                       num_attention_heads=2, num_key_value_heads=2, head_dim=16, global_head_dim=32,
+                       num_global_key_value_heads=1, attention_k_eq_v=True, layer_types=[S, S, S, F],
+                       sliding_window=8,
+                       rope_parameters={S: {"rope_type": "default", "rope_theta": 10000.0},
+                                        F: {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                            "rope_theta": 1000000.0}},
+                       enable_moe_block=True, num_experts=8, top_k_experts=4, moe_intermediate_size=16,
+                       hidden_size_per_layer_input=0, vocab_size_per_layer_input=192,
+                       final_logit_softcapping=30.0, max_position_embeddings=1024, rms_norm_eps=1e-6,
+                       tie_word_embeddings=True, bos_token_id=2, eos_token_id=1, pad_token_id=0),
+        "text_json": GEMMA4_PUBLISHED,
+    },
+]
+
+FIXTURES += MOE_FIXTURES
+MIN_ROUTER_GAP = 1e-4
+
 TOKENIZER_PROMPT = "Once upon a time, the quick brown fox"
 
 
@@ -283,6 +353,11 @@ def init_weights(model, gen, norm="w", layer_scalar=False, embed_std=None, qk_no
                 p.copy_(qk_norm + 0.15 * noise)
             elif name.endswith("norm.weight"):
                 p.copy_(norm_center + 0.15 * noise)
+            elif p.dim() == 3:  # fused experts [E, out, in]
+                gain = 2.0 if name.endswith("down_proj") else 1.0
+                p.copy_(gain * noise / np.sqrt(p.shape[2]))
+            elif name.endswith("router.proj.weight"):  # Gemma 4 scales its router input by hidden^-1/2
+                p.copy_(noise)
             elif name.endswith(".bias"):
                 p.copy_(0.2 * noise)
             elif "embed_tokens" in name:
@@ -442,6 +517,29 @@ def run_oracle(model_dir, prompt):
     return model, logits, greedy, greedy_logits
 
 
+def router_gap(model, ids):
+    """The smallest gap between the k-th and (k+1)-th router probability over every MoE layer and
+    token of one forward over ids (None without routers). The routers return the logits
+    (Qwen, Mixtral) or the probabilities (Gemma 4) first."""
+    gaps, hooks = [], []
+
+    def hook(module, args, out):
+        first = out[0].float()
+        probs = first if type(module).__name__.startswith("Gemma4") else torch.softmax(first, -1)
+        k = getattr(module, "top_k", None) or module.config.top_k_experts
+        top = torch.sort(probs, -1, descending=True).values
+        gaps.append(float((top[:, k - 1] - top[:, k]).min()))
+
+    for m in model.modules():
+        if type(m).__name__.endswith(("TopKRouter", "TextRouter")):
+            hooks.append(m.register_forward_hook(hook))
+    with torch.no_grad():
+        model(torch.from_numpy(ids)[None])
+    for h in hooks:
+        h.remove()
+    return min(gaps) if gaps else None
+
+
 def check(model_dir, model, prompt, logits, greedy, greedy_logits):
     """Returns (problem or None, stats). Accepts only sequences robust to bf16-vs-f32 differences."""
     stats = {}
@@ -456,6 +554,11 @@ def check(model_dir, model, prompt, logits, greedy, greedy_logits):
         return "cached decode and full forward disagree", stats
     if not np.allclose(logits[-1], greedy_logits[0], atol=1e-5):
         return "prompt forward and first decode step disagree", stats
+    gap = router_gap(model, full)
+    if gap is not None:
+        stats["min_router_gap"] = gap
+        if gap < MIN_ROUTER_GAP:
+            return "a token's k-th and (k+1)-th experts are razor-close", stats
     top2 = np.sort(greedy_logits, -1)[:, -2:]
     rel_gap = (top2[:, 1] - top2[:, 0]) / np.abs(greedy_logits).max(-1)
     stats["min_rel_top2_gap"] = float(rel_gap.min())

@@ -13,7 +13,7 @@
 
 /* The variants, in each family file's order: arch/llama.c, arch/gemma.c,
  * arch/gemma4.c. */
-enum { V_LLAMA, V_MISTRAL, V_QWEN2, V_QWEN3 };
+enum { V_LLAMA, V_MISTRAL, V_QWEN2, V_QWEN3, V_MIXTRAL, V_QWEN2_MOE, V_QWEN3_MOE };
 enum { V_GEMMA, V_GEMMA2, V_GEMMA3, V_GEMMA3_MM };
 enum { V_GEMMA4_TEXT, V_GEMMA4_WRAPPER, V_GEMMA4_UNIFIED };
 
@@ -22,6 +22,9 @@ static const struct tern_arch arch_table[] = {
     {"MistralForCausalLM", &tern_family_llama, V_MISTRAL},
     {"Qwen2ForCausalLM", &tern_family_llama, V_QWEN2},
     {"Qwen3ForCausalLM", &tern_family_llama, V_QWEN3},
+    {"MixtralForCausalLM", &tern_family_mixtral, V_MIXTRAL},
+    {"Qwen2MoeForCausalLM", &tern_family_llama, V_QWEN2_MOE},
+    {"Qwen3MoeForCausalLM", &tern_family_llama, V_QWEN3_MOE},
     {"GemmaForCausalLM", &tern_family_gemma, V_GEMMA},
     {"Gemma2ForCausalLM", &tern_family_gemma2, V_GEMMA2},
     {"Gemma3ForCausalLM", &tern_family_gemma2, V_GEMMA3},
@@ -271,6 +274,36 @@ enum tern_status tern_hparams_read_common(const struct tern_json_doc *cfg,
     else if (d->bos_token_id > 0) hp->bos_token_id = d->bos_token_id;
     read_token_ids(cfg->root, "eos_token_id", hp->eos_token_ids, 8, &hp->n_eos);
     if (!hp->n_eos && d->eos_token_id > 0) hp->eos_token_ids[hp->n_eos++] = d->eos_token_id;
+    return TERN_OK;
+}
+
+static enum tern_status read_count(const struct tern_json_doc *cfg, const char *key, int64_t def,
+                                   int64_t *out)
+{
+    if (def < 0) TERN_TRY(tern_cfg_int(cfg, key, out));
+    else TERN_TRY(tern_cfg_int_opt(cfg, key, def, out));
+    if (*out < 0 || *out > INT32_MAX)
+        return tern_error(TERN_E_FORMAT, "%s: key '%s' must be a non-negative integer, got %lld",
+                          cfg->path, key, (long long)*out);
+    return TERN_OK;
+}
+
+enum tern_status tern_moe_read_counts(const struct tern_json_doc *cfg, const char *n_key,
+                                      int64_t n_def, const char *k_key, int64_t k_def,
+                                      const char *i_key, int64_t i_def, struct tern_moe_plan *mp)
+{
+    int64_t n, k, i;
+    TERN_TRY(read_count(cfg, n_key, n_def, &n));
+    mp->n_experts = (int32_t)n;
+    if (!n) return TERN_OK;
+    TERN_TRY(read_count(cfg, k_key, k_def, &k));
+    TERN_TRY(read_count(cfg, i_key, i_def, &i));
+    if (k < 1 || k > n || k > TERN_MOE_MAX_K || i < 1)
+        return tern_error(TERN_E_FORMAT, "%s: %s %lld of %s %lld (at least 1, at most %d) and "
+                          "%s %lld do not make experts", cfg->path, k_key, (long long)k, n_key,
+                          (long long)n, TERN_MOE_MAX_K, i_key, (long long)i);
+    mp->top_k = (int32_t)k;
+    mp->intermediate = i;
     return TERN_OK;
 }
 

@@ -51,6 +51,26 @@ enum tern_tensor_kind {
     TT_PLI_GATE,
     TT_PLI_PROJ,
     TT_PLI_POST_NORM,
+    /* mixture of experts (load_moe.c); the experts come in one of three
+     * layouts, and a family names each it can meet */
+    TT_ROUTER,          /* linear [N, hidden] */
+    TT_ROUTER_SCALE,    /* [hidden] (Gemma 4 router.scale) */
+    TT_EXPERT_SCALE,    /* [N] (Gemma 4 router.per_expert_scale) */
+    TT_EXPERTS_GATE_UP, /* Hugging Face fused: [N, 2 I, hidden] (gate rows, then up rows) */
+    TT_EXPERTS_DOWN,    /* Hugging Face fused: [N, hidden, I] */
+    TT_EXPERT_GATE,     /* Hugging Face per expert: linear [I, hidden]; "%d" layer, then expert */
+    TT_EXPERT_UP,
+    TT_EXPERT_DOWN,     /* linear [hidden, I] */
+    TT_SWITCH_GATE,     /* MLX stacked (switch_mlp / switch_glu): linear [N, I, hidden] */
+    TT_SWITCH_UP,
+    TT_SWITCH_DOWN,     /* [N, hidden, I] */
+    TT_SHARED_GATE,     /* Qwen2-MoE's shared expert: the MLP's tensors in an MoE layer */
+    TT_SHARED_UP,
+    TT_SHARED_DOWN,
+    TT_SHARED_EXPERT_GATE, /* linear [1, hidden] */
+    TT_MLP_POST_NORM,   /* [hidden] Gemma 4 post_feedforward_layernorm_1 */
+    TT_MOE_PRE_NORM,    /* [hidden] pre_feedforward_layernorm_2 */
+    TT_MOE_POST_NORM,   /* [hidden] post_feedforward_layernorm_2 */
     TT_N
 };
 
@@ -70,6 +90,7 @@ struct tern_family {
 };
 
 extern const struct tern_family tern_family_llama;
+extern const struct tern_family tern_family_mixtral; /* llama.c's rows, Mixtral's names */
 extern const struct tern_family tern_family_gemma;  /* Gemma 1 */
 extern const struct tern_family tern_family_gemma2; /* Gemma 2, 3 */
 extern const struct tern_family tern_family_gemma4;
@@ -114,6 +135,14 @@ enum tern_status tern_rope_cfg_read(const struct tern_json_doc *cfg, const char 
  * absent, 0 (none) when null, else a positive value. */
 enum tern_status tern_cfg_softcap(const struct tern_json_doc *cfg, const char *key, double def,
                                   float *out);
+
+/* A family's expert counts into mp: n_key (experts), k_key (experts per
+ * token), i_key (each expert's intermediate size), each with its default
+ * (< 0: required). 0 experts means none (the layers stay dense); otherwise
+ * 1 <= per token <= experts, or an error naming the keys. */
+enum tern_status tern_moe_read_counts(const struct tern_json_doc *cfg, const char *n_key,
+                                      int64_t n_def, const char *k_key, int64_t k_def,
+                                      const char *i_key, int64_t i_def, struct tern_moe_plan *mp);
 
 /* A plan's attention defaults from the common hyperparameters: heads, kv
  * heads, head_dim, scale 1/sqrt(head_dim), rope 0, no window, the layer's own

@@ -21,6 +21,8 @@
  *     x += a;  h = norm(x, ffn_norm)               one add_rmsnorm
  *     f = down(act(h gate) * (h up))               (SiLU: one matmul_glu where the
  *                                                  backend has it)
+ *       or experts: logits = router(h) -> moe_route (top k, weights) ->
+ *                   moe_experts(h) (+ the MLP beside them, p.moe says how)
  *     f = norm(f, ffn_post_norm)                   p.ffn_post_norm
  *     x += f                                       (with the next layer's norm: one
  *                                                  add_rmsnorm, unless an extra follows)
@@ -149,17 +151,16 @@ static enum tern_status attention_block(struct tern_model_core *m, struct tern_f
     return TERN_OK;
 }
 
-/* The feed-forward block on h: leaves down(act(gate) * up) in f->proj
- * (post-normed when the plan says so). */
+/* The dense MLP on h: out = down(act(gate h) * (up h)). */
 static enum tern_status mlp_block(struct tern_model_core *m, struct tern_fwd *f, int32_t l,
-                                  int64_t T)
+                                  int64_t T, struct tern_dtensor *out)
 {
     const struct tern_backend_ops *ops = m->be->ops;
     struct tern_backend *be = m->be;
     const struct tern_layer *ly = &m->w.layers[l];
     const struct tern_layer_plan *p = &m->plans[l];
     struct tern_dtensor h = rows_of(&f->h, T), gu = rows_of(&f->gate_up, T);
-    struct tern_dtensor act = rows_of(&f->act, T), proj = rows_of(&f->proj, T);
+    struct tern_dtensor act = rows_of(&f->act, T);
     /* gate_up and act are as wide as the widest layer: views of this one's width */
     gu.shape[1] = 2 * p->intermediate;
     act.shape[1] = p->intermediate;
@@ -176,9 +177,106 @@ static enum tern_status mlp_block(struct tern_model_core *m, struct tern_fwd *f,
         if (p->act == TERN_ACT_SILU) TERN_TRY(ops->silu_mul(be, &gu, &act));
         else TERN_TRY(ops->act_mul(be, &gu, 0, &gu, p->intermediate, TERN_GLU_GELU_TANH, &act));
     }
-    TERN_TRY(ops->matmul(be, &act, &ly->down_proj, &proj, 0));
+    return ops->matmul(be, &act, &ly->down_proj, out, 0);
+}
+
+/* A [rows, cols] view of the start of a scratch tensor (contiguous at this
+ * width, whatever width the scratch was made for). */
+static struct tern_dtensor view2(const struct tern_dtensor *t, int64_t rows, int64_t cols)
+{
+    struct tern_dtensor v = rows_of(t, rows);
+    v.n_dims = 2;
+    v.shape[1] = cols;
+    return v;
+}
+
+/* The router: the experts and weights of every token, into f->moe.ids /
+ * f->moe.weights. It reads h, or (router_norm) rmsnorm(x) * router_scale *
+ * hidden^-1/2 of the residual, made in f->moe.in. */
+static enum tern_status route(struct tern_model_core *m, struct tern_fwd *f, int32_t l, int64_t T)
+{
+    const struct tern_backend_ops *ops = m->be->ops;
+    struct tern_backend *be = m->be;
+    const struct tern_layer *ly = &m->w.layers[l];
+    const struct tern_moe_plan *mp = &m->plans[l].moe;
+    struct tern_dtensor h = rows_of(&f->h, T), in = rows_of(&f->moe.in, T);
+    struct tern_dtensor logits = view2(&f->moe.logits, T, mp->n_experts);
+    struct tern_dtensor ids = view2(&f->moe.ids, T, mp->top_k);
+    struct tern_dtensor wts = view2(&f->moe.weights, T, mp->top_k);
+    const struct tern_dtensor *r = &h;
+    if (mp->router_norm) {
+        struct tern_dtensor res = rows_of(&f->residual, T);
+        TERN_TRY(ops->rmsnorm(be, &res, &ly->router_scale, m->hp.rms_norm_eps, &in));
+        TERN_TRY(ops->scale(be, &in, 1.0f / sqrtf((float)m->hp.hidden_size), NULL, &in));
+        r = &in;
+    }
+    TERN_TRY(ops->matmul(be, r, &ly->router, &logits, 0));
+    return ops->moe_route(be, &logits, mp->top_k, mp->norm_topk,
+                          mp->expert_scale ? &ly->expert_scale : NULL, &ids, &wts);
+}
+
+static enum tern_glu_act glu_of(enum tern_act a)
+{
+    return a == TERN_ACT_SILU ? TERN_GLU_SILU : TERN_GLU_GELU_TANH;
+}
+
+/* The mixture-of-experts feed-forward (tern_moe_plan): leaves f in f->proj. */
+static enum tern_status moe_block(struct tern_model_core *m, struct tern_fwd *f, int32_t l,
+                                  int64_t T)
+{
+    const struct tern_backend_ops *ops = m->be->ops;
+    struct tern_backend *be = m->be;
+    const struct tern_layer *ly = &m->w.layers[l];
+    const struct tern_layer_plan *p = &m->plans[l];
+    const struct tern_moe_plan *mp = &p->moe;
+    float eps = m->hp.rms_norm_eps;
+    bool mlp = p->ffn == TERN_FFN_MLP_MOE;
+    struct tern_dtensor h = rows_of(&f->h, T), proj = rows_of(&f->proj, T);
+    struct tern_dtensor out = rows_of(&f->moe.out, T), in = rows_of(&f->moe.in, T);
+    struct tern_dtensor gate = view2(&f->moe.gate, T, 1);
+    struct tern_dtensor ids = view2(&f->moe.ids, T, mp->top_k);
+    struct tern_dtensor wts = view2(&f->moe.weights, T, mp->top_k);
+    struct tern_dtensor act = view2(&f->moe.act, T * mp->top_k, mp->intermediate);
+    struct tern_dtensor order = f->moe.order;
+    struct tern_moe_io io = {.x = &h, .ids = &ids, .weights = &wts, .act = &act, .order = &order,
+                             .out = &proj};
+    if (!ops->moe_route || !ops->moe_experts)
+        return tern_error(TERN_E_UNSUPPORTED, "the %s backend has no mixture-of-experts ops",
+                          ops->name);
+    if (mlp && mp->own_norms) { /* Gemma 4: normed MLP + normed experts of their own input */
+        TERN_TRY(mlp_block(m, f, l, T, &proj));
+        TERN_TRY(ops->rmsnorm(be, &proj, &ly->mlp_post_norm, eps, &proj));
+        TERN_TRY(route(m, f, l, T));
+        struct tern_dtensor res = rows_of(&f->residual, T);
+        TERN_TRY(ops->rmsnorm(be, &res, &ly->moe_pre_norm, eps, &in));
+        io.x = &in;
+        io.out = &out;
+        TERN_TRY(ops->moe_experts(be, &ly->experts, glu_of(mp->act), &io));
+        TERN_TRY(ops->rmsnorm(be, &out, &ly->moe_post_norm, eps, &out));
+        return ops->add(be, &proj, &out, &proj);
+    }
+    if (mlp) { /* the MLP beside the experts, summed by the experts op */
+        TERN_TRY(mlp_block(m, f, l, T, &out));
+        if (mp->shared_expert) TERN_TRY(ops->matmul(be, &h, &ly->shared_gate, &gate, 0));
+        io.shared = &out;
+        io.shared_gate = mp->shared_expert ? &gate : NULL;
+    }
+    TERN_TRY(route(m, f, l, T));
+    return ops->moe_experts(be, &ly->experts, glu_of(mp->act), &io);
+}
+
+/* The feed-forward block on h: leaves f in f->proj (post-normed when the
+ * plan says so). */
+static enum tern_status ffn_block(struct tern_model_core *m, struct tern_fwd *f, int32_t l,
+                                  int64_t T)
+{
+    const struct tern_layer_plan *p = &m->plans[l];
+    struct tern_dtensor proj = rows_of(&f->proj, T);
+    if (p->ffn == TERN_FFN_MLP) TERN_TRY(mlp_block(m, f, l, T, &proj));
+    else TERN_TRY(moe_block(m, f, l, T));
     if (p->ffn_post_norm)
-        TERN_TRY(ops->rmsnorm(be, &proj, &ly->ffn_post_norm, m->hp.rms_norm_eps, &proj));
+        TERN_TRY(m->be->ops->rmsnorm(m->be, &proj, &m->w.layers[l].ffn_post_norm,
+                                     m->hp.rms_norm_eps, &proj));
     return TERN_OK;
 }
 
@@ -283,7 +381,7 @@ enum tern_status tern_model_compute(struct tern_model_core *m, struct tern_fwd *
         struct tern_dtensor proj = rows_of(&f->proj, T);
         TERN_TRY(ops->add_rmsnorm(be, &res, &proj, &m->w.layers[l].ffn_norm, hp->rms_norm_eps,
                                   &h));
-        TERN_TRY(mlp_block(m, f, l, T));
+        TERN_TRY(ffn_block(m, f, l, T));
         TERN_TRY(layer_end(m, f, l, l + 1 < n_layers ? &m->w.layers[l + 1].attn_norm : NULL, T));
     }
     return n_logits ? logits_block(m, f, T, n_logits) : TERN_OK;

@@ -29,6 +29,37 @@ static enum tern_status alloc2(struct tern_backend *be, enum tern_dtype dt, int6
     return tern_dtensor_alloc(be, dt, 2, shape, t);
 }
 
+/* The mixture-of-experts scratch, as wide as the widest MoE layer needs
+ * (nothing when no layer has experts). */
+static enum tern_status moe_scratch(struct tern_model_core *m, int32_t max_tokens,
+                                    struct tern_fwd *f)
+{
+    int64_t N = 0, K = 0, I = 0, E = m->hp.hidden_size;
+    for (int32_t l = 0; l < m->hp.num_hidden_layers; l++) {
+        const struct tern_layer_plan *p = &m->plans[l];
+        if (p->ffn == TERN_FFN_MLP) continue;
+        if (p->moe.n_experts > N) N = p->moe.n_experts;
+        if (p->moe.top_k > K) K = p->moe.top_k;
+        if (p->moe.intermediate > I) I = p->moe.intermediate;
+    }
+    if (!N) return TERN_OK;
+    struct tern_backend *be = m->be;
+    enum tern_dtype dt = be->act_dtype;
+    struct tern_fwd_moe *s = &f->moe;
+    enum tern_status st;
+    int64_t pairs = (int64_t)max_tokens * K, n_order = pairs + N + 1;
+    if ((st = alloc2(be, dt, max_tokens, E, &s->in)) ||
+        (st = alloc2(be, dt, max_tokens, E, &s->out)) ||
+        (st = alloc2(be, TERN_DTYPE_F32, max_tokens, N, &s->logits)) ||
+        (st = alloc2(be, TERN_DTYPE_F32, max_tokens, 1, &s->gate)) ||
+        (st = alloc2(be, TERN_DTYPE_I32, max_tokens, K, &s->ids)) ||
+        (st = alloc2(be, TERN_DTYPE_F32, max_tokens, K, &s->weights)) ||
+        (st = alloc2(be, dt, pairs, I, &s->act)) ||
+        (st = tern_dtensor_alloc(be, TERN_DTYPE_I32, 1, &n_order, &s->order)))
+        return st;
+    return TERN_OK;
+}
+
 /* Batch arrays live in one I32 buffer (and its host mirror) at fixed
  * offsets, in this order; block tables last so that one copy of the used
  * prefix uploads them all:
@@ -113,7 +144,8 @@ enum tern_status tern_fwd_init(struct tern_model_core *m, int32_t max_tokens, in
         (st = tern_dtensor_alloc(be, TERN_DTYPE_I32, 1,
                                  (int64_t[]){(int64_t)max_blocks_per_seq * block_size + 1},
                                  &f->ids_at)) ||
-        (st = tern_dtensor_alloc(be, TERN_DTYPE_I32, 1, &total, &f->meta))) {
+        (st = tern_dtensor_alloc(be, TERN_DTYPE_I32, 1, &total, &f->meta)) ||
+        (st = moe_scratch(m, max_tokens, f))) {
         tern_fwd_deinit(m, f);
         return st;
     }
@@ -132,6 +164,9 @@ void tern_fwd_deinit(struct tern_model_core *m, struct tern_fwd *f)
                                   &f->gate_up,  &f->act,    &f->pli,    &f->pli_tmp, &f->hl,
                                   &f->logits,   &f->ids_out, &f->ids_at, &f->meta};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tern_dtensor_free(m->be, all[i]);
+    struct tern_dtensor *moe[] = {&f->moe.in,  &f->moe.out,     &f->moe.logits, &f->moe.gate,
+                                  &f->moe.ids, &f->moe.weights, &f->moe.act,    &f->moe.order};
+    for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) tern_dtensor_free(m->be, moe[i]);
     for (int32_t i = 0; i < f->n_graphs; i++) m->be->ops->graph_free(m->be, f->graphs[i].g);
     f->n_graphs = 0;
     tern_free(f->meta_host);

@@ -37,48 +37,13 @@
  *     op multiplies by its weight.
  */
 #include "io/wsource.h"
-#include "model/arch.h"
+#include "model/load.h"
 #include "tensor/ggml_quant.h"
 #include "tensor/quant.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Where bind() puts the next tensor when fusing: a buffer and a running
- * offset into it. */
-struct slot {
-    struct tern_buf *buf;
-    size_t off;
-};
-
-/* The four tensor kinds of a linear, in the slots of a fused group. */
-enum { SLOT_W, SLOT_S, SLOT_B, SLOT_BIAS, SLOT_N };
-
-struct loader {
-    struct tern_backend *be;
-    struct tern_wsource *ws;
-    const struct tern_json_doc *cfg;
-    const struct tern_family *fam;
-    const struct tern_hparams *hp;
-    struct tern_weights *w;
-    const json_t *quant; /* config "quantization" object or NULL */
-    const char *prefix;  /* the text model's tensor prefix, e.g. "model." */
-    const char *head_prefix; /* where lm_head lives: "" or "language_model." */
-    bool progress;
-    size_t n_done, n_total;
-    uint64_t t0;
-    bool fuse_ok;      /* device backend: fuse q/k/v and gate/up */
-    struct slot *fuse; /* non-NULL while binding a fused group (SLOT_N slots) */
-    struct slot *slot; /* where bind() uploads the tensor it is binding, or NULL */
-    int norm_dtype;    /* the first norm's dtype in the file (the model's dtype), or -1 */
-    bool ggml_bf16;    /* dequantize every ggml block type to BF16 (TERN_GGML_BF16) */
-    /* ggml tensors dequantized to BF16 at load: count, bytes in the file, bytes bound */
-    size_t n_dequant;
-    uint64_t dequant_from, dequant_to;
-    int64_t ggml_params[64]; /* parameters bound per ggml block type (ids < 64) */
-    char label[512];         /* tensor names for messages (tern_wsource_label) */
-};
 
 /* A tensor's name for a message (the GGUF name too, for a GGUF). */
 static const char *lbl(struct loader *L, const char *name)
@@ -127,7 +92,6 @@ static const char *tensor_name(const struct loader *L, enum tern_tensor_kind kin
 }
 
 /* In a dtype mask: ggml block types are welcome too (linear weights). */
-#define GGML_OK (1u << 31)
 
 /* Fetches `name` and checks its shape; `dtypes` is a mask of allowed dtypes
  * (and GGML_OK). */
@@ -253,10 +217,6 @@ static enum tern_status bind(struct loader *L, const char *name, int n_dims, con
     return bind_view(L, &w, n_dims, shape, out);
 }
 
-#define FLOATS ((1u << TERN_DTYPE_F32) | (1u << TERN_DTYPE_F16) | (1u << TERN_DTYPE_BF16))
-/* Scales and biases take the dtype of the weights they came from: mlx-lm keeps
- * a float32 model's in float32. */
-#define SCALE_DTYPES FLOATS
 
 static float to_f32(const void *data, enum tern_dtype dt, size_t i)
 {
@@ -556,14 +516,19 @@ static enum tern_status bind_layer(struct loader *L, int32_t i, const struct ter
     TERN_TRY(bind_norm(L, TT_FFN_NORM, i, E, &ly->ffn_norm));
     if (p->ffn_post_norm) TERN_TRY(bind_norm(L, TT_FFN_POST_NORM, i, E, &ly->ffn_post_norm));
     TERN_TRY(bind_attention(L, i, p, ly));
-    char ng[256], nu[256];
-    tensor_name(L, TT_GATE, i, "", ng, sizeof ng);
-    tensor_name(L, TT_UP, i, "", nu, sizeof nu);
-    const char *gu[2] = {ng, nu};
-    const int64_t gu_out[2] = {F, F};
-    struct tern_linear *const gu_parts[2] = {&ly->gate_proj, &ly->up_proj};
-    TERN_TRY(bind_group(L, gu, gu_out, 2, E, p->mlp_bias, gu_parts, &ly->gate_up_proj));
-    TERN_TRY(bind_kind(L, TT_DOWN, i, E, F, p->mlp_bias, &ly->down_proj));
+    if (p->ffn != TERN_FFN_MOE) { /* the MLP (Qwen2-MoE's experts layers: the shared expert) */
+        bool sh = p->ffn == TERN_FFN_MLP_MOE && p->moe.shared_expert;
+        char ng[256], nu[256];
+        tensor_name(L, sh ? TT_SHARED_GATE : TT_GATE, i, "", ng, sizeof ng);
+        tensor_name(L, sh ? TT_SHARED_UP : TT_UP, i, "", nu, sizeof nu);
+        const char *gu[2] = {ng, nu};
+        const int64_t gu_out[2] = {F, F};
+        struct tern_linear *const gu_parts[2] = {&ly->gate_proj, &ly->up_proj};
+        TERN_TRY(bind_group(L, gu, gu_out, 2, E, p->mlp_bias, gu_parts, &ly->gate_up_proj));
+        TERN_TRY(bind_kind(L, sh ? TT_SHARED_DOWN : TT_DOWN, i, E, F, p->mlp_bias,
+                           &ly->down_proj));
+    }
+    if (p->ffn != TERN_FFN_MLP) TERN_TRY(tern_load_moe_layer(L, i, p, ly));
     char name[256];
     if (p->layer_scalar)
         TERN_TRY(bind_vec(L, tensor_name(L, TT_LAYER_SCALAR, i, "", name, sizeof name), 1,
@@ -728,6 +693,70 @@ enum tern_status tern_weights_load(struct tern_model_core *m, struct tern_wsourc
                                            : w->embed_tokens.weight.dtype;
     report_unused(&L);
     return TERN_OK;
+}
+
+/* ---- the helpers load_moe.c binds the experts with (load.h) ---- */
+
+const char *tern_load_label(struct loader *L, const char *name)
+{
+    return lbl(L, name);
+}
+
+const char *tern_load_path(const struct loader *L)
+{
+    return src_path(L);
+}
+
+enum tern_status tern_load_track(struct loader *L, struct tern_buf *b)
+{
+    return track_buf(L->w, b);
+}
+
+void tern_load_progress(struct loader *L)
+{
+    show_progress(L);
+}
+
+const char *tern_load_name(const struct loader *L, enum tern_tensor_kind kind, int32_t layer,
+                           const char *suffix, char *buf, size_t cap)
+{
+    return tensor_name(L, kind, layer, suffix, buf, cap);
+}
+
+enum tern_status tern_load_fetch(struct loader *L, const char *name, int n_dims,
+                                 const int64_t *shape, unsigned dtypes, struct tern_wview *w)
+{
+    return fetch(L, name, n_dims, shape, dtypes, w);
+}
+
+enum tern_status tern_load_view(struct loader *L, struct tern_wview *w, int n_dims,
+                                const int64_t *shape, struct tern_dtensor *out)
+{
+    return bind_view(L, w, n_dims, shape, out);
+}
+
+enum tern_status tern_load_norm(struct loader *L, enum tern_tensor_kind kind, int32_t layer,
+                                int64_t n, struct tern_dtensor *out)
+{
+    return bind_norm(L, kind, layer, n, out);
+}
+
+enum tern_status tern_load_vec(struct loader *L, const char *name, int64_t n,
+                               struct tern_dtensor *out)
+{
+    return bind_vec(L, name, n, out);
+}
+
+enum tern_status tern_load_quant_for(struct loader *L, const char *module,
+                                     struct tern_quant_cfg *q)
+{
+    return quant_for(L, module, q);
+}
+
+enum tern_status tern_load_kind(struct loader *L, enum tern_tensor_kind kind, int32_t layer,
+                                int64_t out, int64_t in, bool has_bias, struct tern_linear *lin)
+{
+    return bind_kind(L, kind, layer, out, in, has_bias, lin);
 }
 
 void tern_weights_free(struct tern_backend *be, struct tern_weights *w)

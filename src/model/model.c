@@ -34,9 +34,17 @@ static enum tern_status check_plan(const struct tern_json_doc *cfg, const struct
             return tern_error(TERN_E_FORMAT, "%s: layer %d shares the K/V of layer %d, whose "
                               "geometry or window differs", cfg->path, l, p->kv_source);
     }
-    if (a->sliding_window < 0 || p->intermediate < 1)
+    if (a->sliding_window < 0 || (p->ffn != TERN_FFN_MOE && p->intermediate < 1))
         return tern_error(TERN_E_FORMAT, "%s: layer %d: window %d, intermediate %lld", cfg->path,
                           l, a->sliding_window, (long long)p->intermediate);
+    const struct tern_moe_plan *mp = &p->moe;
+    if (p->ffn != TERN_FFN_MLP &&
+        (mp->n_experts < 1 || mp->n_experts > 65536 || mp->top_k < 1 ||
+         mp->top_k > mp->n_experts || mp->top_k > TERN_MOE_MAX_K || mp->intermediate < 1))
+        return tern_error(TERN_E_FORMAT, "%s: layer %d: %d experts, %d per token, each of "
+                          "intermediate %lld (1 <= per token <= experts, per token at most %d)",
+                          cfg->path, l, mp->n_experts, mp->top_k, (long long)mp->intermediate,
+                          TERN_MOE_MAX_K);
     return TERN_OK;
 }
 
@@ -113,7 +121,7 @@ bool tern_model_is_plain(const struct tern_model_core *m)
         const struct tern_layer_plan *p = &m->plans[l], *p0 = &m->plans[0];
         if (p->attn.sliding_window || p->attn.softcap != 0.0f || p->v_norm || p->k_eq_v ||
             p->kv_source != l || p->attn_post_norm || p->ffn_post_norm || p->act != TERN_ACT_SILU ||
-            p->layer_scalar || p->per_layer_input || p->rope != 0 ||
+            p->layer_scalar || p->per_layer_input || p->rope != 0 || p->ffn != TERN_FFN_MLP ||
             p->attn.n_heads != p0->attn.n_heads || p->attn.n_kv_heads != p0->attn.n_kv_heads ||
             p->attn.head_dim != p0->attn.head_dim || p->intermediate != p0->intermediate ||
             p->qk_norm != p0->qk_norm ||

@@ -65,6 +65,44 @@ struct tern_rope_cfg {
 
 enum tern_act { TERN_ACT_SILU, TERN_ACT_GELU_TANH };
 
+/* A layer's feed-forward: the dense gated MLP, a mixture of experts, or
+ * both side by side (Gemma 4's MoE layers; Qwen2-MoE's shared expert). */
+enum tern_ffn {
+    TERN_FFN_MLP,     /* f = down(act(gate h) * (up h)) */
+    TERN_FFN_MOE,     /* f = experts(h) */
+    TERN_FFN_MLP_MOE, /* f = mlp(h) (gated) + experts(h), as tern_moe_plan says */
+};
+
+/* The experts of a layer (ffn TERN_FFN_MOE or TERN_FFN_MLP_MOE):
+ *
+ *   p = softmax(router r)            r = h, or with router_norm (Gemma 4)
+ *                                    rmsnorm(x) * router_scale * hidden^-1/2
+ *                                    of the residual x
+ *   the top_k experts by p, their weights p (/ their sum when norm_topk)
+ *   (* per_expert_scale[e] when expert_scale)
+ *   experts(h) = sum of weight * down_e(act(gate_e h) * (up_e h))
+ *
+ * and with an MLP beside them:
+ *   shared_expert  f = experts(h) + sigmoid(h shared_gate) * mlp(h)
+ *                  (Qwen2-MoE: the MLP's tensors are the shared expert's)
+ *   own_norms      f = norm(mlp(h), mlp_post_norm)
+ *                      + norm(experts(norm(x, moe_pre_norm)), moe_post_norm)
+ *                  (Gemma 4; ffn_post_norm then applies to f)
+ *   neither        f = mlp(h) + experts(h) */
+struct tern_moe_plan {
+    int32_t n_experts, top_k;
+    int64_t intermediate; /* each expert's */
+    enum tern_act act;
+    bool norm_topk;
+    bool expert_scale;
+    bool router_norm;
+    bool own_norms;
+    bool shared_expert;
+};
+
+/* The most experts a token may be routed to (top_k). */
+#define TERN_MOE_MAX_K 32
+
 /* What one layer computes. The layer runs
  *
  *   h = norm(x, attn_norm)
@@ -73,7 +111,8 @@ enum tern_act { TERN_ACT_SILU, TERN_ACT_GELU_TANH };
  *   a = norm(a, attn_post_norm)             when attn_post_norm
  *   x = x + a
  *   h = norm(x, ffn_norm)
- *   f = down(act(gate h) * (up h))
+ *   f = down(act(gate h) * (up h))          ffn: the MLP, experts, or both
+ *                                           (struct tern_moe_plan)
  *   f = norm(f, ffn_post_norm)              when ffn_post_norm
  *   x = x + f
  *   x = x + per_layer_input block           when per_layer_input (Gemma 4)
@@ -91,9 +130,11 @@ struct tern_layer_plan {
     /* norms around the blocks */
     bool attn_post_norm, ffn_post_norm;
     /* feed-forward */
-    int64_t intermediate;
+    enum tern_ffn ffn;     /* TERN_FFN_MLP (0) unless the family plans experts */
+    int64_t intermediate;  /* the MLP's (unused with TERN_FFN_MOE) */
     enum tern_act act;
     bool mlp_bias;
+    struct tern_moe_plan moe;
     /* extras */
     bool layer_scalar;
     bool per_layer_input;
@@ -166,6 +207,15 @@ struct tern_layer {
     struct tern_linear pli_gate;        /* [P, E] per_layer_input_gate */
     struct tern_linear pli_proj;        /* [E, P] per_layer_projection */
     struct tern_dtensor pli_post_norm;  /* [E] post_per_layer_input_norm */
+    /* Mixture of experts (plan.ffn != TERN_FFN_MLP; N experts) */
+    struct tern_linear router;         /* [N, E] */
+    struct tern_dtensor router_scale;  /* [E] router_norm (Gemma 4 router.scale) */
+    struct tern_dtensor expert_scale;  /* [N] per_expert_scale */
+    struct tern_experts experts;       /* gate_up [N * 2 I, E], down [N * E, I] (backend.h) */
+    struct tern_linear shared_gate;    /* [1, E] shared_expert_gate */
+    struct tern_dtensor mlp_post_norm; /* [E] own_norms: post_feedforward_layernorm_1 */
+    struct tern_dtensor moe_pre_norm;  /* [E] pre_feedforward_layernorm_2 */
+    struct tern_dtensor moe_post_norm; /* [E] post_feedforward_layernorm_2 */
     /* Device backends: q|k|v and gate|up in one linear each when their
      * formats agree (load.c); the parts above are then views of its rows.
      * weight.buf == NULL: not fused. */
@@ -190,6 +240,7 @@ struct tern_weights {
     int32_t quant_bits;    /* 0 when dense */
     uint32_t ggml_type;    /* the ggml block type most linear parameters are bound in, or 0 */
     int32_t n_unused;
+    int64_t expert_bytes_idle; /* expert weight bytes a one-token step leaves unread */
 };
 
 /* The whole model as the library holds it. */
@@ -257,6 +308,16 @@ struct tern_fwd {
     struct tern_dtensor act;      /* [max_tokens, max F] */
     struct tern_dtensor pli;      /* [max_tokens, L P] Gemma 4 per-layer inputs (or empty) */
     struct tern_dtensor pli_tmp;  /* [max_tokens, L P] */
+    struct tern_fwd_moe {          /* mixture-of-experts layers (empty without) */
+        struct tern_dtensor in;      /* [max_tokens, hidden] router / experts' input (Gemma 4) */
+        struct tern_dtensor out;     /* [max_tokens, hidden] */
+        struct tern_dtensor logits;  /* [max_tokens, max N] F32 router logits */
+        struct tern_dtensor gate;    /* [max_tokens, 1] F32 shared expert gate logits */
+        struct tern_dtensor ids;     /* [max_tokens, max top_k] I32 */
+        struct tern_dtensor weights; /* [max_tokens, max top_k] F32 */
+        struct tern_dtensor act;     /* [max_tokens * max top_k, max I] */
+        struct tern_dtensor order;   /* I32 [max_tokens * max top_k + max N + 1] */
+    } moe;
     struct tern_dtensor hl;       /* [max_logits, hidden] rows whose logits are wanted */
     struct tern_dtensor logits;   /* [max_logits, vocab] F32 */
     struct tern_dtensor ids_out;  /* [max_logits] I32 (argmax) */

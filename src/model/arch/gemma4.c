@@ -13,7 +13,13 @@
  * their type (with use_double_wide_mlp, their MLP is twice as wide); every
  * layer multiplies the whole stream by a learned layer_scalar; per-layer
  * inputs (hidden_size_per_layer_input, gemma4 text only) add a small gated
- * projection per layer. The MoE block (enable_moe_block) is not here.
+ * projection per layer. With enable_moe_block every layer has experts
+ * beside its MLP (the 26B-A4B): the MLP's output and the experts' (GeGLU,
+ * reading their own pre-norm of the residual) are each post-normed and
+ * summed before post_feedforward_layernorm; the router reads rmsnorm(x) *
+ * router.scale * hidden^-1/2 of the residual, softmax over all experts,
+ * top k, renormalised, times per_expert_scale (transformers'
+ * Gemma4TextRouter).
  */
 #include "model/arch.h"
 
@@ -28,6 +34,7 @@ enum { V_TEXT, V_WRAPPER, V_UNIFIED };
 
 struct gemma4_hparams {
     bool bias, k_eq_v, double_wide;
+    struct tern_moe_plan moe; /* n_experts 0: no experts */
     int32_t n_kv_shared;
     int16_t head_dim[TERN_MAX_LAYERS]; /* per layer, after global_head_dim / per_layer_config */
     int16_t n_kv_heads[TERN_MAX_LAYERS];
@@ -153,9 +160,16 @@ static enum tern_status read_hparams(const struct tern_json_doc *cfg, int varian
                           "(gelu_pytorch_tanh)", cfg->path, act);
     bool moe;
     TERN_TRY(tern_cfg_bool_opt(cfg, "enable_moe_block", false, &moe));
-    if (moe)
-        return tern_error(TERN_E_UNSUPPORTED, "%s: enable_moe_block (Gemma 4's MoE layers) is not "
-                          "supported yet", cfg->path);
+    if (moe) { /* transformers' defaults are None: the keys are required */
+        TERN_TRY(tern_moe_read_counts(cfg, "num_experts", -1, "top_k_experts", -1,
+                                      "moe_intermediate_size", -1, &fh->moe));
+        if (!fh->moe.n_experts)
+            return tern_error(TERN_E_FORMAT, "%s: enable_moe_block with num_experts 0",
+                              cfg->path);
+        fh->moe.act = TERN_ACT_GELU_TANH;
+        fh->moe.norm_topk = fh->moe.expert_scale = true;
+        fh->moe.router_norm = fh->moe.own_norms = true;
+    }
     const json_t *bd = json_object_get(cfg->root, "use_bidirectional_attention");
     if (json_is_true(bd) || (json_is_string(bd) && !strcmp(json_string_value(bd), "all")))
         return tern_error(TERN_E_UNSUPPORTED, "%s: use_bidirectional_attention (an embedding "
@@ -214,7 +228,17 @@ static enum tern_status read_hparams(const struct tern_json_doc *cfg, int varian
     [TT_LAYER_SCALAR] = "layers.%d.layer_scalar",                                                  \
     [TT_PLI_GATE] = "layers.%d.per_layer_input_gate",                                              \
     [TT_PLI_PROJ] = "layers.%d.per_layer_projection",                                              \
-    [TT_PLI_POST_NORM] = "layers.%d.post_per_layer_input_norm.weight"
+    [TT_PLI_POST_NORM] = "layers.%d.post_per_layer_input_norm.weight",                             \
+    [TT_ROUTER] = "layers.%d.router.proj", [TT_ROUTER_SCALE] = "layers.%d.router.scale",           \
+    [TT_EXPERT_SCALE] = "layers.%d.router.per_expert_scale",                                       \
+    [TT_EXPERTS_GATE_UP] = "layers.%d.experts.gate_up_proj",                                       \
+    [TT_EXPERTS_DOWN] = "layers.%d.experts.down_proj",                                             \
+    [TT_SWITCH_GATE] = "layers.%d.experts.switch_glu.gate_proj",                                   \
+    [TT_SWITCH_UP] = "layers.%d.experts.switch_glu.up_proj",                                       \
+    [TT_SWITCH_DOWN] = "layers.%d.experts.switch_glu.down_proj",                                   \
+    [TT_MLP_POST_NORM] = "layers.%d.post_feedforward_layernorm_1.weight",                          \
+    [TT_MOE_PRE_NORM] = "layers.%d.pre_feedforward_layernorm_2.weight",                            \
+    [TT_MOE_POST_NORM] = "layers.%d.post_feedforward_layernorm_2.weight"
 
 /* ---- 3. layer plan ---- */
 
@@ -236,6 +260,10 @@ static void plan_layer(const struct tern_hparams *hp, const void *fhp, int varia
     p->act = TERN_ACT_GELU_TANH;
     p->layer_scalar = true;
     p->per_layer_input = hp->per_layer_dim > 0;
+    if (fh->moe.n_experts) {
+        p->ffn = TERN_FFN_MLP_MOE;
+        p->moe = fh->moe;
+    }
     int32_t first = hp->num_hidden_layers - fh->n_kv_shared;
     if (layer >= first) { /* reuse the last earlier layer of its type (checked at read) */
         int32_t j = first - 1;
