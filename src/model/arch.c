@@ -299,8 +299,8 @@ enum tern_status tern_moe_read_counts(const struct tern_json_doc *cfg, const cha
     TERN_TRY(read_count(cfg, k_key, k_def, &k));
     TERN_TRY(read_count(cfg, i_key, i_def, &i));
     if (k < 1 || k > n || k > TERN_MOE_MAX_K || i < 1)
-        return tern_error(TERN_E_FORMAT, "%s: %s %lld of %s %lld (at least 1, at most %d) and "
-                          "%s %lld do not make experts", cfg->path, k_key, (long long)k, n_key,
+        return tern_error(TERN_E_FORMAT, "%s: %s %lld must be in [1, %s %lld] and at most %d, "
+                          "%s %lld at least 1", cfg->path, k_key, (long long)k, n_key,
                           (long long)n, TERN_MOE_MAX_K, i_key, (long long)i);
     mp->top_k = (int32_t)k;
     mp->intermediate = i;

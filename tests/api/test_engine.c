@@ -150,9 +150,10 @@ static void test_batch_invariance(void **state)
 {
     /* the llama block, and the Gemma ones: sliding windows shorter than the
      * prompts (their own KV pools), per-type ropes, softcaps, Gemma 4's
-     * shared K/V and per-layer inputs */
+     * shared K/V and per-layer inputs; experts (each token routed on its
+     * own: the experts a batch's other tokens pick change nothing) */
     const char *const names[] = {"tiny-qwen3", "tiny-gemma2", "tiny-gemma3", "tiny-gemma4",
-                                 "tiny-gemma4-plc"};
+                                 "tiny-gemma4-plc", "tiny-qwen3-moe", "tiny-gemma4-moe"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) batch_invariance(names[i]);
 }
 
