@@ -156,6 +156,8 @@ int tern_cmd_inspect(int argc, char **argv)
         printf("layers           %d\n", in.n_layers);
         printf("hidden / ff      %d / %d\n", in.n_embd, in.n_ff);
         printf("heads / kv / dim %d / %d / %d\n", in.n_heads, in.n_kv_heads, in.head_dim);
+        if (in.n_experts)
+            printf("experts          %d, %d per token\n", in.n_experts, in.n_experts_used);
         printf("vocab            %d\n", in.vocab_size);
         printf("context length   %d\n", in.context_length);
         printf("tied embeddings  %s\n", in.tied_embeddings ? "yes" : "no");

@@ -108,7 +108,8 @@ struct tern_model_info {
     int64_t n_params;         /* parameters, counting quantized values as one each */
     int64_t weight_bytes;     /* bytes of weight data */
     int64_t decode_bytes;     /* weight bytes one decode step reads: all but the rows of an
-                                 untied embedding table other than the token's own */
+                                 untied embedding table other than the token's own, and
+                                 but the experts a token is not routed to */
     int32_t n_layers, n_embd, n_heads, n_kv_heads, head_dim, n_ff;
     int32_t vocab_size;
     int32_t context_length; /* max_position_embeddings */
@@ -124,6 +125,9 @@ struct tern_model_info {
      * sliding-window layers, whatever n (they keep only their window). */
     int64_t kv_bytes_per_token;
     int64_t kv_bytes_windowed;
+    /* Mixture of experts: experts per MoE layer and how many a token uses
+     * (0 and 0 for a dense model). */
+    int32_t n_experts, n_experts_used;
 };
 
 enum tern_status tern_model_get_info(const struct tern_model *model, struct tern_model_info *out);

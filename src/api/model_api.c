@@ -178,6 +178,7 @@ enum tern_status tern_model_get_info(const struct tern_model *m, struct tern_mod
     out->decode_bytes = m->core.w.n_bytes;
     if (!hp->tie_word_embeddings && hp->vocab_size > 0)
         out->decode_bytes -= emb_bytes - emb_bytes / hp->vocab_size;
+    out->decode_bytes -= m->core.w.expert_bytes_idle;
     out->n_layers = hp->num_hidden_layers;
     out->n_embd = hp->hidden_size;
     out->n_heads = hp->num_attention_heads;
@@ -191,6 +192,10 @@ enum tern_status tern_model_get_info(const struct tern_model *m, struct tern_mod
     const struct tern_model_core *c = &m->core;
     for (int32_t l = 0; l < hp->num_hidden_layers; l++) {
         const struct tern_layer_plan *p = &c->plans[l];
+        if (p->ffn != TERN_FFN_MLP && p->moe.n_experts > out->n_experts) {
+            out->n_experts = p->moe.n_experts;
+            out->n_experts_used = p->moe.top_k;
+        }
         if (p->kv_source != l) continue; /* reads another layer's */
         int64_t per = 2 * (int64_t)p->attn.n_kv_heads * p->attn.head_dim *
                       (int64_t)tern_dtype_size(c->be->kv_dtype);
