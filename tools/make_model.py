@@ -13,7 +13,10 @@ Used for speed benchmarks where downloading the real weights is not possible
 
 Weights: every matrix is N(0, 0.02^2) (torch.randn on the device, then
 BF16), norm weights are ones. Needs torch and safetensors; transformers is
-used, when present, to check the config parses as the published model type.
+used, when present, to check the config parses as the published model type,
+and `--check-only` compares every tensor name and shape with transformers'
+own model built on the meta device (experts: Qwen3-MoE's one tensor per
+expert, as published; Gemma 4's fused [N, 2I, E] / [N, E, I]).
 """
 import argparse
 import json
@@ -255,8 +258,83 @@ GEMMA4_12B = {
     "vocab_size": 262144,
 }
 
+GEMMA4_26B_A4B = {
+    # Gemma 4 26B-A4B (../shared/SEED-NOTES.md §1): 30 layers, hidden 2816, 16 / 8 / 256 sliding,
+    # full hd 512 with 2 kv heads and k_eq_v, full layers 5, 11, 17, 23, 29, window 1024; every
+    # layer a dense MLP of 2112 beside 128 experts of 704, 8 per token
+    "architectures": ["Gemma4ForCausalLM"],
+    "model_type": "gemma4_text",
+    "attention_bias": False,
+    "attention_k_eq_v": True,
+    "bos_token_id": 2,
+    "eos_token_id": [1, 106],
+    "enable_moe_block": True,
+    "final_logit_softcapping": 30.0,
+    "global_head_dim": 512,
+    "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "hidden_size": 2816,
+    "hidden_size_per_layer_input": 0,
+    "intermediate_size": 2112,
+    "layer_types": gemma4_layer_types(30, 6),
+    "max_position_embeddings": 262144,
+    "moe_intermediate_size": 704,
+    "num_attention_heads": 16,
+    "num_experts": 128,
+    "num_global_key_value_heads": 2,
+    "num_hidden_layers": 30,
+    "num_key_value_heads": 8,
+    "num_kv_shared_layers": 0,
+    "rms_norm_eps": 1e-06,
+    "rope_parameters": GEMMA4_ROPE,
+    "sliding_window": 1024,
+    "tie_word_embeddings": True,
+    "top_k_experts": 8,
+    "use_double_wide_mlp": False,
+    "vocab_size": 262144,
+}
+
+QWEN3_30B_A3B = {
+    # Qwen/Qwen3-30B-A3B-Instruct-2507 config.json: 48 layers, hidden 2048, 32 / 4 / 128,
+    # 128 experts of 768, 8 per token, renormalised; rope theta 1e7
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "decoder_sparse_step": 1,
+    "eos_token_id": 151645,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "hidden_size": 2048,
+    "initializer_range": 0.02,
+    "intermediate_size": 6144,
+    "max_position_embeddings": 262144,
+    "max_window_layers": 48,
+    "mlp_only_layers": [],
+    "model_type": "qwen3_moe",
+    "moe_intermediate_size": 768,
+    "norm_topk_prob": True,
+    "num_attention_heads": 32,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 48,
+    "num_key_value_heads": 4,
+    "output_router_logits": False,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 10000000,
+    "router_aux_loss_coef": 0.001,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
+}
+
 PRESETS.update({"gemma-3-12b": GEMMA3_12B_TEXT, "gemma-4-e4b": GEMMA4_E4B,
-                "gemma-4-12b": GEMMA4_12B})
+                "gemma-4-12b": GEMMA4_12B, "gemma-4-26b-a4b": GEMMA4_26B_A4B,
+                "qwen3-30b-a3b": QWEN3_30B_A3B})
 
 
 def gemma_layer_shapes(c, i, p):
@@ -286,6 +364,14 @@ def gemma_layer_shapes(c, i, p):
             (p + "post_feedforward_layernorm.weight", (E,)),
             (p + "mlp.gate_proj.weight", (F, E)), (p + "mlp.up_proj.weight", (F, E)),
             (p + "mlp.down_proj.weight", (E, F))]
+    if g4 and c.get("enable_moe_block"):  # experts fused, as transformers saves Gemma 4's
+        N, I = c["num_experts"], c["moe_intermediate_size"]
+        out += [(p + "router.proj.weight", (N, E)), (p + "router.scale", (E,)),
+                (p + "router.per_expert_scale", (N,)),
+                (p + "experts.gate_up_proj", (N, 2 * I, E)), (p + "experts.down_proj", (N, E, I)),
+                (p + "post_feedforward_layernorm_1.weight", (E,)),
+                (p + "pre_feedforward_layernorm_2.weight", (E,)),
+                (p + "post_feedforward_layernorm_2.weight", (E,))]
     if g4:
         out.append((p + "layer_scalar", (1,)))
         P = c.get("hidden_size_per_layer_input")
@@ -296,12 +382,18 @@ def gemma_layer_shapes(c, i, p):
     return out
 
 
+def moe_layer(c, i):
+    """Qwen-MoE: layer i has experts (transformers' rule)."""
+    return (c["model_type"] == "qwen3_moe" and i not in (c.get("mlp_only_layers") or [])
+            and c["num_experts"] > 0 and (i + 1) % c.get("decoder_sparse_step", 1) == 0)
+
+
 def tensor_shapes(c):
     """HF tensor names and shapes, in the order HF writes them."""
     E, F, V = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
     H, KV = c["num_attention_heads"], c["num_key_value_heads"]
     hd = c.get("head_dim") or E // H
-    qk_norm = c["model_type"] == "qwen3"
+    qk_norm = c["model_type"] in ("qwen3", "qwen3_moe")
     gemma = c["model_type"] in ("gemma3_text", "gemma4_text")
     out = [("model.embed_tokens.weight", (V, E))]
     P = c.get("hidden_size_per_layer_input") if c["model_type"] == "gemma4_text" else None
@@ -324,8 +416,16 @@ def tensor_shapes(c):
         ]
         if qk_norm:
             out += [(p + "self_attn.q_norm.weight", (hd,)), (p + "self_attn.k_norm.weight", (hd,))]
+        out.append((p + "post_attention_layernorm.weight", (E,)))
+        if moe_layer(c, i):  # one tensor per expert, as published Qwen3-MoE snapshots are
+            N, I = c["num_experts"], c["moe_intermediate_size"]
+            out.append((p + "mlp.gate.weight", (N, E)))
+            for e in range(N):
+                q = f"{p}mlp.experts.{e}."
+                out += [(q + "gate_proj.weight", (I, E)), (q + "up_proj.weight", (I, E)),
+                        (q + "down_proj.weight", (E, I))]
+            continue
         out += [
-            (p + "post_attention_layernorm.weight", (E,)),
             (p + "mlp.gate_proj.weight", (F, E)),
             (p + "mlp.up_proj.weight", (F, E)),
             (p + "mlp.down_proj.weight", (E, F)),
@@ -367,6 +467,42 @@ def check_config(c):
     assert cfg.hidden_size == c["hidden_size"], "transformers read a different hidden_size"
 
 
+def check_tensors(c, shapes):
+    """The preset's tensor names and shapes against transformers' own model for its config,
+    built on the meta device (no memory); transformers 5 holds experts fused ([N, 2 I, E] and
+    [N, E, I]), so per-expert tensors are fused here first. Raises on any difference."""
+    try:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+        cfg = AutoConfig.for_model(**c)
+    except (ImportError, ValueError, KeyError) as e:
+        print(f"make_model: transformers cannot check {c['model_type']}: {e}", file=sys.stderr)
+        return
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    if c.get("tie_word_embeddings"):
+        want.pop("lm_head.weight", None)
+    got, experts = {}, {}
+    for name, shape in shapes:
+        parts = name.split(".")
+        if "experts" in parts and parts[parts.index("experts") + 1].isdigit():
+            k = parts.index("experts")
+            key = ".".join(parts[:k + 1])
+            experts.setdefault(key, {}).setdefault(parts[k + 2], []).append(shape)
+            continue
+        got[name] = tuple(shape)
+    for key, by in experts.items():
+        (I, E), n = by["gate_proj"][0], len(by["gate_proj"])
+        got[key + ".gate_up_proj"] = (n, 2 * I, E)
+        got[key + ".down_proj"] = (n,) + tuple(by["down_proj"][0])
+    if got != want:
+        diff = sorted(set(got.items()) ^ set(want.items()))[:8]
+        raise SystemExit(f"make_model: tensors differ from transformers': {diff}")
+    print(f"make_model: {len(shapes)} tensors match transformers' {cfg.model_type}",
+          file=sys.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", required=True, choices=sorted(PRESETS))
@@ -375,6 +511,8 @@ def main():
     ap.add_argument("--device", default=None, help="torch device for randn (default: cuda if present)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--std", type=float, default=0.02)
+    ap.add_argument("--check-only", action="store_true",
+                    help="check the tensors against transformers and write nothing")
     a = ap.parse_args()
 
     import torch
@@ -382,6 +520,9 @@ def main():
 
     c = PRESETS[a.preset]
     check_config(c)
+    if a.check_only:
+        check_tensors(c, tensor_shapes(c))
+        return
     dev = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "config.json"), "w") as f:
