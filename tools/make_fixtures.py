@@ -264,7 +264,7 @@ FIXTURES += GEMMA_FIXTURES
 # make_quant_fixtures.py makes the MLX one (switch_mlp). Each seed must also route robustly:
 # at every MoE layer and token of prompt + greedy, the k-th and (k+1)-th router probabilities
 # differ by at least MIN_ROUTER_GAP (checks.min_router_gap), so float32 rounding cannot pick
-# other experts than the oracle's.
+# other experts than the oracle's, and a bf16 run's logits must stay within MAX_MOE_BF16_ERR.
 MOE_FIXTURES = [
     {
         "name": "tiny-qwen3-moe", "arch": (Qwen3MoeConfig, Qwen3MoeForCausalLM), "dtype": torch.bfloat16,
@@ -326,6 +326,9 @@ MOE_FIXTURES = [
 
 FIXTURES += MOE_FIXTURES
 MIN_ROUTER_GAP = 1e-4
+# A token that bf16 compute routes to other experts moves the logits by far more than bf16's
+# usual 1e-2; the CUDA golden test's tolerance is this fixture's bf16 error, so keep it small.
+MAX_MOE_BF16_ERR = 0.05
 
 TOKENIZER_PROMPT = "Once upon a time, the quick brown fox"
 
@@ -578,6 +581,8 @@ def check(model_dir, model, prompt, logits, greedy, greedy_logits):
     stats["bf16_max_rel_err"] = float(np.abs(lb - greedy_logits).max() / np.abs(greedy_logits).max())
     if not np.array_equal(lb.argmax(-1), greedy):
         return "bf16 compute picks different greedy tokens", stats
+    if gap is not None and stats["bf16_max_rel_err"] > MAX_MOE_BF16_ERR:
+        return "bf16 compute routes tokens to other experts", stats
     return None, stats
 
 
