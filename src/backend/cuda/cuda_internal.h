@@ -139,6 +139,13 @@ enum tern_status tern_cuda_act_mul(struct tern_backend *be, const struct tern_dt
 enum tern_status tern_cuda_scale(struct tern_backend *be, const struct tern_dtensor *x, float c,
                                  const struct tern_dtensor *s, struct tern_dtensor *out);
 enum tern_status tern_cuda_softcap(struct tern_backend *be, struct tern_dtensor *x, float cap);
+/* cuda_moe.c: moe_route, moe_experts (backend.h). */
+enum tern_status tern_cuda_moe_route(struct tern_backend *be, const struct tern_dtensor *logits,
+                                     int32_t top_k, bool renorm,
+                                     const struct tern_dtensor *expert_scale,
+                                     struct tern_dtensor *ids, struct tern_dtensor *weights);
+enum tern_status tern_cuda_moe_experts(struct tern_backend *be, const struct tern_experts *w,
+                                       enum tern_glu_act act, const struct tern_moe_io *io);
 /* The decode step as one kernel (cuda_step.c). */
 enum tern_status tern_cuda_step_prepare(struct tern_backend *be, const struct tern_step_desc *d,
                                         struct tern_step_plan **out);

@@ -170,6 +170,48 @@ enum { TK_GEN_ALL = 0, TK_GEN_PREFILL = 1, TK_GEN_DECODE = 2 };
 cudaError_t tk_attn_generic(cudaStream_t st, const struct tk_attn_args *a, int64_t n_tok,
                             int which);
 
+/* ---- mixture of experts (cuda_moe.cu) ---- */
+
+/* One stacked expert projection [rows, in] (backend.h's struct
+ * tern_experts): dense (bits 0, w of dtype wdt) or MLX affine (w packed
+ * U32, scales / biases of dtype sdt, bits, group). */
+struct tk_moe_w {
+    const void *w;
+    int wdt;
+    const void *scales, *biases;
+    int sdt, bits, group;
+};
+
+/* moe_route: per token, the softmax of logits [T, E] (E * 4 bytes of
+ * shared memory), the top k (an equal probability to the lower index),
+ * renormalised when renorm, times scale[id] (dtype sdt) when scale. */
+cudaError_t tk_moe_route(cudaStream_t st, const float *logits, int64_t T, int E, int k,
+                         int renorm, const void *scale, int sdt, int32_t *ids, float *weights);
+
+struct tk_moe_args {
+    const void *x; /* [T, H] dtype xdt */
+    int xdt;
+    const int32_t *ids;    /* [T, k] */
+    const float *weights;  /* [T, k] */
+    int64_t T;
+    int k, E;
+    int64_t H, I;
+    struct tk_moe_w gate_up, down; /* [E 2 I, H], [E H, I] */
+    int act;                       /* TK_GLU_* */
+    void *act_buf;                 /* scratch [T k, I] dtype adt */
+    int adt;
+    const void *shared; /* [T, H] dtype shdt, or NULL */
+    int shdt;
+    const float *shared_gate; /* [T] logits, or NULL */
+    void *out;                /* [T, H] dtype odt */
+    int odt;
+};
+
+/* moe_experts: act(gate x) * (up x) per (token, expert) into act_buf, then
+ * each token's experts' down projections summed in increasing expert
+ * index, plus the (gated) shared expert. */
+cudaError_t tk_moe_experts(cudaStream_t st, const struct tk_moe_args *a);
+
 #ifdef __cplusplus
 }
 #endif
