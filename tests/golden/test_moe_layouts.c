@@ -4,7 +4,7 @@
  * them) rewritten as Hugging Face's fused 3-D tensors (mlp.experts.gate_up_proj
  * [E, 2I, H], mlp.experts.down_proj [E, H, I]) and as mlx-lm's stacks
  * (mlp.switch_mlp.{gate,up,down}_proj.weight [E, out, in]) give logits
- * bitwise equal to the original's on the CPU. And snapshots that get the
+ * bitwise equal to the original's on the CPU, every tensor bound. And snapshots that get the
  * experts wrong are one-line errors naming what is wrong: a missing expert
  * tensor, one expert stored unlike the others, a top-k above the expert
  * count.
@@ -190,6 +190,11 @@ static float *logits_of(const char *dir, const struct tu_npy *prompt, int V)
     struct tern_model_params mp = tern_model_default_params();
     mp.device = TERN_DEVICE_CPU;
     if (tern_model_open(dir, &mp, &m) != TERN_OK) fail_msg("%s: %s", dir, tern_last_error());
+    struct tern_model_info in;
+    tu_ok(tern_model_get_info(m, &in));
+    assert_int_equal(in.n_unused_tensors, 0); /* every expert tensor bound */
+    assert_int_equal(in.n_experts, 8);
+    assert_int_equal(in.n_experts_used, 2);
     float *l = tu_model_logits(m, prompt->data, (int)prompt->n, V, 64, 16);
     tern_model_close(m);
     return l;

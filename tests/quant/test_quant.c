@@ -145,6 +145,15 @@ static void quantize_like(const char *dir)
     struct tern_json_doc meta = {0};
     if (tern_json_doc_load(meta_path, &meta) != TERN_OK) fail_msg("%s", tern_last_error());
     const json_t *q = json_object_get(meta.root, "quantization"), *ov = json_object_get(meta.root, "override");
+    if (json_is_false(json_object_get(meta.root, "tern_quantize"))) {
+        /* mlx-lm stacked the experts and quantized the routers by its model's own
+         * predicate: tern quantize writes one tensor per source tensor */
+        printf("  %-20s (made by mlx-lm's MoE conversion; tern quantize does not stack experts)\n",
+               strrchr(dir, '/') + 1);
+        tern_json_doc_deinit(&meta);
+        tern_free(meta_path);
+        return;
+    }
     struct tern_quantize_params p = tern_quantize_default_params();
     p.bits = (int32_t)json_integer_value(json_object_get(q, "bits"));
     p.group_size = (int32_t)json_integer_value(json_object_get(q, "group_size"));
