@@ -20,7 +20,7 @@
 #   scripts/gpu.sh profile   the 4-bit 8B's decode step stamped (TERN_CUDA_STEP_STAMPS,
 #                            summarised by scripts/step-stamps.py)
 #   scripts/gpu.sh all       test, then bench
-# Logs and JSON go to $OUT, packed at the end into $OUT/logs.tar.xz beside
+# Logs and JSON go to $OUT, packed at the end into $OUT/logs-SUITE.tar.xz beside
 # the *.txt summaries (the device tool brings back at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -151,10 +151,10 @@ profile() {
 
 # The device brings back at most 8 files: everything else under $OUT goes
 # into one archive.
-pack() {
-  (cd "$OUT" && find . -maxdepth 1 -type f ! -name logs.tar.xz ! -name '*.txt' -print0 |
-    tar --null -T - -cJf logs.tar.xz && find . -maxdepth 1 -type f ! -name logs.tar.xz \
-    ! -name '*.txt' -delete)
+pack() { # one archive a suite (logs-test.tar.xz, ...), so suites run in turn keep theirs
+  (cd "$OUT" && find . -maxdepth 1 -type f ! -name 'logs-*.tar.xz' ! -name '*.txt' -print0 |
+    tar --null -T - -cJf "logs-$SUITE.tar.xz" && find . -maxdepth 1 -type f \
+    ! -name 'logs-*.tar.xz' ! -name '*.txt' -delete)
 }
 
 case $SUITE in

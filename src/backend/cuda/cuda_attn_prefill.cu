@@ -103,7 +103,7 @@ static __global__ void __launch_bounds__(PF_BR * 2)
     tk_pdl_wait(); /* PDL (cuda_common.cuh): nothing is touched before this */
     tk_pdl_launch();
     constexpr int PF_THREADS = PF_BR * 2; /* one warp per 16 query rows */
-    constexpr int P = D + 8, PV = DV + 8, KD = D / 16, ND = DV / 8;
+    constexpr int P = D + 8, PV = DV + 8, KD = D / 16, ND = DV / 8; /* ND: output 8-columns */
     constexpr int NB = pf_nb<D, DV, PF_BR>::value;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sQ = (bf16 *)smem_raw;
@@ -132,8 +132,8 @@ static __global__ void __launch_bounds__(PF_BR * 2)
     int gid = lane >> 2, qd = lane & 3;
 
     /* Q tile (rows past nq zero-filled). */
-    for (int c = tid; c < PF_BR * ND; c += PF_THREADS) {
-        int r = c / ND, col = (c % ND) * 8;
+    for (int c = tid; c < PF_BR * (D / 8); c += PF_THREADS) {
+        int r = c / (D / 8), col = (c % (D / 8)) * 8;
         bool ok = r < nq;
         const bf16 *src = (const bf16 *)a.q +
                           (ok ? (int64_t)(qs + q0 + r) * a.q_stride + (int64_t)h * D + col : 0);
