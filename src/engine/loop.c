@@ -57,7 +57,8 @@ static void drain(struct tern_engine *e)
             finish_unsubmitted(e, s, TERN_FINISH_CANCELLED, TERN_E_CANCELLED, NULL);
         } else {
             struct tern_sched_request rq = {s->prompt,   s->n_prompt,     s->sp.max_tokens,
-                                            s->sp.n,     s->stop_ids,     s->sp.n_stop_ids, s};
+                                            s->sp.n,     s->stop_ids,     s->sp.n_stop_ids, s,
+                                            false};
             enum tern_status st = tern_sched_submit(e->sched, &rq, &s->req_id);
             if (st != TERN_OK) {
                 e->stats.requests_rejected++;
