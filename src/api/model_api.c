@@ -1,9 +1,9 @@
 /*
  * model_api.c — tern_model_* of the public API: opening a model (a Hugging
  * Face snapshot directory: config.json, generation_config.json, safetensors,
- * tokenizer, chat template; or a GGUF file: the config its metadata stands
- * for, its tensors, the tokenizer and chat template in its metadata) and
- * describing it.
+ * tokenizer, chat template, sentence-transformers pooling files; or a GGUF
+ * file: the config its metadata stands for, its tensors, the tokenizer and
+ * chat template in its metadata) and describing it.
  */
 #include "api/api.h"
 #include "text/tok_gguf.h"
@@ -125,6 +125,13 @@ enum tern_status tern_model_open(const char *dir, const struct tern_model_params
     if ((st = tern_model_core_load(&m->ws, &m->cfg, &bp, p.progress, &m->core)) != TERN_OK)
         goto fail;
     if ((st = gguf ? open_text_gguf(m) : open_text(m)) != TERN_OK) goto fail;
+    if (!gguf && (st = tern_embed_cfg_load(m->dir, m->core.hp.hidden_size, &m->embed)) != TERN_OK)
+        goto fail;
+    if (gguf && !(m->embed.reason = tern_strdup("a GGUF file carries no sentence-transformers "
+                                                "pooling config"))) {
+        st = TERN_E_NO_MEMORY;
+        goto fail;
+    }
     *out = m;
     return TERN_OK;
 fail:
@@ -143,6 +150,7 @@ void tern_model_close(struct tern_model *m)
     if (m->has_gen_cfg) tern_json_doc_deinit(&m->gen_cfg);
     tern_tokenizer_close(m->tok);
     tern_chat_template_destroy(m->tmpl);
+    tern_embed_cfg_free(&m->embed);
     tern_free(m->dir);
     tern_free(m);
 }

@@ -135,6 +135,7 @@ void tern_engine_destroy(struct tern_engine *e)
     }
     tern_sampler_destroy(e->sampler);
     tern_engine_gsample_deinit(e);
+    tern_engine_embed_deinit(e);
     tern_sched_destroy(e->sched);
     tern_fwd_deinit(m, &e->fwd);
     tern_kv_cache_deinit(m, &e->kv);

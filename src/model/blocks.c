@@ -27,6 +27,7 @@
  *     x += norm(pli_proj(gelu(x pli_gate) * pli[l]), pli_post_norm)   p.per_layer_input
  *     x *= layer_scalar                            p.layer_scalar
  *   logits = lm_head(norm(x[logits_idx])) (softcapped by final_softcap)
+ *   h = norm(x) over every row, when f->want_hidden (the final hidden states)
  *
  * Depends on model.h and the backend interface.
  */
@@ -253,6 +254,9 @@ static enum tern_status logits_block(struct tern_model_core *m, struct tern_fwd 
     const struct tern_backend_ops *ops = m->be->ops;
     struct tern_backend *be = m->be;
     const struct tern_hparams *hp = &m->hp;
+    if (!m->w.lm_head.weight.buf)
+        return tern_error(TERN_E_UNSUPPORTED, "the model has no language-model head (lm_head): "
+                          "it computes embeddings, not logits");
     struct tern_linear hidden = {0};
     hidden.weight = rows_of(&f->residual, T);
     hidden.in_features = hp->hidden_size;
@@ -286,5 +290,6 @@ enum tern_status tern_model_compute(struct tern_model_core *m, struct tern_fwd *
         TERN_TRY(mlp_block(m, f, l, T));
         TERN_TRY(layer_end(m, f, l, l + 1 < n_layers ? &m->w.layers[l + 1].attn_norm : NULL, T));
     }
+    if (f->want_hidden) TERN_TRY(ops->rmsnorm(be, &res, &m->w.norm, hp->rms_norm_eps, &h));
     return n_logits ? logits_block(m, f, T, n_logits) : TERN_OK;
 }

@@ -291,7 +291,7 @@ static enum tern_status upload_batch(struct tern_model_core *m, struct tern_fwd 
 static bool step_fits(const struct tern_model_core *m, const struct tern_fwd *f, int64_t T,
                       int32_t n_logits)
 {
-    return m->step && T == 1 && n_logits == 1 && f->batch.host->n_seqs == 1;
+    return m->step && T == 1 && n_logits == 1 && f->batch.host->n_seqs == 1 && !f->want_hidden;
 }
 
 /* The forward over the uploaded batch (f->batch): the backend's step op for
@@ -387,7 +387,7 @@ enum tern_status tern_model_forward_graph(struct tern_model_core *m, struct tern
 {
     struct tern_backend *be = m->be;
     TERN_TRY(prepare(m, f, batch, ids_dev));
-    if (!f->use_graphs || !be->ops->graph_begin || f->batch.max_q_len != 1)
+    if (!f->use_graphs || !be->ops->graph_begin || f->batch.max_q_len != 1 || f->want_hidden)
         return compute(m, f, kv, batch->n_tokens, batch->n_logits);
     struct tern_fwd_graph key = {batch->n_tokens, batch->n_seqs, batch->n_logits,
                                  f->host_view.max_blocks_per_seq, f->batch.max_seq_len, NULL};

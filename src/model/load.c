@@ -5,7 +5,8 @@
  * snapshot or a GGUF file, both asked by Hugging Face name. The family names
  * each canonical tensor (arch.h); the loader finds the text model's prefix
  * ("model.", or a multimodal wrapper's "model.language_model." /
- * "language_model.model."), then binds exactly the tensors each layer's plan
+ * "language_model.model.", or none: a base model saved under its own names,
+ * as Qwen3-Embedding is, whose missing head leaves lm_head unbound), then binds exactly the tensors each layer's plan
  * uses, checking presence, dtype and shape against the config before
  * anything runs; the error names the tensor, what the config expects, and
  * what the file holds. Dense weights may be F32/F16/BF16; MLX affine
@@ -584,6 +585,7 @@ static enum tern_status find_prefix(struct loader *L)
         {"model.language_model.", ""},                   /* transformers 5 multimodal */
         {"language_model.model.", "language_model."},    /* earlier multimodal, MLX */
         {"model.language_model.model.", "model.language_model."},
+        {"", ""}, /* a base model's own names (XxxModel): Qwen3-Embedding, sentence-transformers */
     };
     char name[256];
     for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
@@ -599,7 +601,7 @@ static enum tern_status find_prefix(struct loader *L)
         return tern_error(TERN_E_FORMAT, "%s: no embedding tensor %s", src_path(L),
                           lbl(L, name));
     return tern_error(TERN_E_FORMAT, "%s: no embedding tensor %s (nor under "
-                      "'model.language_model.' or 'language_model.model.')",
+                      "'model.language_model.', 'language_model.model.' or no prefix)",
                       src_path(L), lbl(L, name));
 }
 
@@ -666,6 +668,14 @@ static enum tern_status bind_head(struct loader *L)
     tensor_name(L, TT_LM_HEAD, -1, ".weight", name, sizeof name);
     if (hp->tie_word_embeddings && !tern_wsource_has(L->ws, name)) {
         w->lm_head = w->embed_tokens;
+        return TERN_OK;
+    }
+    if (!*L->prefix && !tern_wsource_has(L->ws, name)) {
+        /* A base model saved under its own names has no language-model head
+         * (Qwen3-Embedding-8B says tie_word_embeddings false and ships
+         * none): it computes hidden states (embeddings), never logits. */
+        tern_log(TERN_LOG_INFO, "%s: no %s: the model has no language-model head", src_path(L),
+                 name);
         return TERN_OK;
     }
     return bind_kind(L, TT_LM_HEAD, -1, hp->vocab_size, hp->hidden_size, false, &w->lm_head);

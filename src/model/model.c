@@ -131,7 +131,8 @@ static void step_prepare(struct tern_model_core *m)
 {
     const struct tern_backend_ops *ops = m->be->ops;
     const struct tern_hparams *hp = &m->hp;
-    if (!ops->step_prepare || !ops->step_run || m->be->deterministic) return;
+    if (!ops->step_prepare || !ops->step_run || m->be->deterministic || !m->w.lm_head.weight.buf)
+        return;
     if (!tern_model_is_plain(m)) {
         tern_log(TERN_LOG_INFO, "forward: decode runs op by op (layers other than the plain "
                  "llama block)");

@@ -177,7 +177,8 @@ struct tern_weights {
     struct tern_linear embed_tokens; /* [vocab, hidden] */
     struct tern_layer *layers;       /* [num_hidden_layers] */
     struct tern_dtensor norm;        /* [hidden] */
-    struct tern_linear lm_head;      /* [vocab, hidden] (== embed_tokens when tied) */
+    struct tern_linear lm_head;      /* [vocab, hidden] (== embed_tokens when tied; weight.buf
+                                      * NULL for a headless base model: no logits) */
     /* Gemma 4 per-layer inputs (per_layer_dim P, L layers) */
     struct tern_linear embed_per_layer;    /* [vocab, L P] embed_tokens_per_layer */
     struct tern_linear pli_model_proj;     /* [L P, hidden] per_layer_model_projection */
@@ -279,6 +280,12 @@ struct tern_fwd {
      * batch.token_ids[0] (the next step's input: pass &batch.token_ids as
      * ids_dev) and in ids_at[pos + 1]: no argmax op is needed. */
     bool argmax_fused;
+    /* Set by the caller before a forward: after the layers the final norm
+     * also runs over every token's row, leaving the final hidden states
+     * (what transformers calls last_hidden_state) in `h`, [n_tokens,
+     * hidden] in the activation dtype, for pooling into embeddings. Such a
+     * forward runs op by op (no step op, no graph). */
+    bool want_hidden;
 };
 
 enum tern_status tern_fwd_init(struct tern_model_core *m, int32_t max_tokens, int32_t max_seqs,
@@ -303,7 +310,9 @@ void tern_kv_cache_deinit(struct tern_model_core *m, struct tern_kv_cache *kv);
 
 /* Runs the decoder over one ragged batch: writes the batch's K/V into the
  * cache and leaves logits of the rows in batch->logits_idx in f->logits
- * (device memory, [n_logits, vocab] F32). */
+ * (device memory, [n_logits, vocab] F32), and with f->want_hidden every
+ * row's final hidden state in f->h. A model without a head takes no logits
+ * rows (TERN_E_UNSUPPORTED). */
 enum tern_status tern_model_forward(struct tern_model_core *m, struct tern_fwd *f,
                                     struct tern_kv_cache *kv, const struct tern_batch *batch);
 
