@@ -49,28 +49,12 @@ static const char *class_of(const char *type)
 
 static bool jtrue(const json_t *o, const char *key) { return json_is_true(json_object_get(o, key)); }
 
-/* The Pooling module's config.json: one supported mode, the right width. */
-static enum tern_status read_pooling(struct tern_embed_cfg *c, const char *dir, const char *sub,
-                                     int32_t hidden)
+/* The pooling mode of a Pooling config (into c->pooling, or a reason).
+ * sentence-transformers 6 writes "pooling_mode": "lasttoken" (or a list of
+ * modes, concatenated); earlier versions one pooling_mode_* flag per mode,
+ * which it reads as the modes that are true (none: mean). */
+static enum tern_status pooling_mode(struct tern_embed_cfg *c, const json_t *o, const char *path)
 {
-    char rel[512];
-    snprintf(rel, sizeof rel, "%s%sconfig.json", sub, *sub ? "/" : "");
-    char *path = tern_path_join(dir, rel);
-    if (!path) return TERN_E_NO_MEMORY;
-    json_error_t jerr;
-    json_t *o = tern_file_exists(path) ? json_load_file(path, 0, &jerr) : NULL;
-    enum tern_status st = TERN_OK;
-    if (!tern_file_exists(path)) {
-        st = no(c, "%s: missing (modules.json names the Pooling module at '%s')", path, sub);
-        goto out;
-    }
-    if (!json_is_object(o)) {
-        st = no(c, "%s: not a JSON object", path);
-        goto out;
-    }
-    /* sentence-transformers 6 writes "pooling_mode": "lasttoken" (or a list of
-     * modes, concatenated); earlier versions one pooling_mode_* flag per mode,
-     * which it reads as the modes that are true (none: mean). */
     static const struct {
         const char *flag, *name;
         enum tern_pooling p;
@@ -80,45 +64,54 @@ static enum tern_status read_pooling(struct tern_embed_cfg *c, const char *dir, 
                  {"pooling_mode_max_tokens", "max", TERN_POOLING_NONE},
                  {"pooling_mode_mean_sqrt_len_tokens", "mean_sqrt_len_tokens", TERN_POOLING_NONE},
                  {"pooling_mode_weightedmean_tokens", "weightedmean", TERN_POOLING_NONE}};
-    const size_t n_modes = sizeof modes / sizeof modes[0];
     const json_t *pm = json_object_get(o, "pooling_mode");
     if (json_is_array(pm) && json_array_size(pm) == 1) pm = json_array_get(pm, 0);
+    if (pm && !json_is_string(pm))
+        return no(c, "%s: pooling_mode must be one mode (tern does not concatenate poolings)",
+                  path);
     int found = -1, n_true = 0;
-    for (size_t i = 0; i < n_modes; i++) {
-        bool on = json_is_string(pm) ? !strcmp(json_string_value(pm), modes[i].name)
-                                     : jtrue(o, modes[i].flag);
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        bool on = pm ? !strcmp(json_string_value(pm), modes[i].name) : jtrue(o, modes[i].flag);
         if (on && found < 0) found = (int)i;
         n_true += on;
     }
-    if (pm && !json_is_string(pm)) {
-        st = no(c, "%s: pooling_mode must be one mode (tern does not concatenate poolings)",
-                path);
-        goto out;
-    }
-    if (json_is_string(pm) && found < 0) {
-        st = no(c, "%s: pooling_mode \"%s\" is not a pooling mode", path, json_string_value(pm));
-        goto out;
-    }
-    if (n_true > 1) {
-        st = no(c, "%s: several pooling modes are true (tern does not concatenate poolings)",
-                path);
-        goto out;
-    }
-    if (found >= 0 && modes[found].p == TERN_POOLING_NONE) {
-        st = no(c, "%s: pooling mode '%s' is not supported (tern pools by lasttoken, mean or cls)",
-                path, modes[found].name);
-        goto out;
-    }
+    if (pm && found < 0)
+        return no(c, "%s: pooling_mode \"%s\" is not a pooling mode", path, json_string_value(pm));
+    if (n_true > 1)
+        return no(c, "%s: several pooling modes are true (tern does not concatenate poolings)",
+                  path);
+    if (found >= 0 && modes[found].p == TERN_POOLING_NONE)
+        return no(c, "%s: pooling mode '%s' is not supported (tern pools by lasttoken, mean or "
+                  "cls)", path, modes[found].name);
     c->pooling = found < 0 ? TERN_POOLING_MEAN : modes[found].p;
+    return TERN_OK;
+}
+
+/* The Pooling module's config.json: one supported mode, the right width. */
+static enum tern_status read_pooling(struct tern_embed_cfg *c, const char *dir, const char *sub,
+                                     int32_t hidden)
+{
+    char rel[512];
+    snprintf(rel, sizeof rel, "%s%sconfig.json", sub, *sub ? "/" : "");
+    char *path = tern_path_join(dir, rel);
+    if (!path) return TERN_E_NO_MEMORY;
+    json_error_t jerr;
+    bool exists = tern_file_exists(path);
+    json_t *o = exists ? json_load_file(path, 0, &jerr) : NULL;
+    enum tern_status st = TERN_OK;
     const json_t *w = json_object_get(o, "embedding_dimension");
     if (!w) w = json_object_get(o, "word_embedding_dimension");
-    if (json_is_integer(w) && json_integer_value(w) != hidden) {
-        st = no(c, "%s: the embedding dimension %lld is not the model's hidden_size %d", path,
-                (long long)json_integer_value(w), hidden);
-        goto out;
+    if (!exists)
+        st = no(c, "%s: missing (modules.json names the Pooling module at '%s')", path, sub);
+    else if (!json_is_object(o))
+        st = no(c, "%s: not a JSON object", path);
+    else if ((st = pooling_mode(c, o, path)) == TERN_OK && !c->reason) {
+        if (json_is_integer(w) && json_integer_value(w) != hidden)
+            st = no(c, "%s: the embedding dimension %lld is not the model's hidden_size %d", path,
+                    (long long)json_integer_value(w), hidden);
+        else
+            c->include_prompt = !json_is_false(json_object_get(o, "include_prompt"));
     }
-    c->include_prompt = !json_is_false(json_object_get(o, "include_prompt"));
-out:
     json_decref(o);
     tern_free(path);
     return st;

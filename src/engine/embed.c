@@ -4,8 +4,8 @@
  * An embedding request is a prefill-only sequence for the scheduler
  * (sched.h: max_tokens 0, no sample row; no prefix-cache hits unless it
  * pools the last token). In a step that holds one, the forward also leaves
- * every token's final hidden state (after the final norm) in f->h
- * (f->want_hidden), and after the forward each embedding entry takes from
+ * every token's final hidden state (after the final norm, F32) in
+ * f->residual (f->want_hidden), and after the forward each embedding entry takes from
  * its chunk's rows what its pooling needs:
  *
  *   LAST  the row of the prompt's last token (in the chunk that ends it)
@@ -68,23 +68,20 @@ bool tern_engine_embed_any(const struct tern_sched_out *out)
     return false;
 }
 
-/* Downloads n <= EMB_ROWS rows of f->h from batch row `row` into e->emb_rows. */
+/* Downloads n <= EMB_ROWS rows of the final hidden states (f->residual, F32)
+ * from batch row `row` into e->emb_rows. */
 static enum tern_status get_rows(struct tern_engine *e, int32_t row, int32_t n)
 {
     struct tern_backend *be = e->model->core.be;
     int32_t E = e->model->core.hp.hidden_size;
     if (!e->emb_rows) {
         e->emb_rows = tern_malloc((size_t)EMB_ROWS * (size_t)E * sizeof(float));
-        e->emb_raw = tern_malloc((size_t)EMB_ROWS * (size_t)E * tern_dtype_size(be->act_dtype));
-        if (!e->emb_rows || !e->emb_raw) return TERN_E_NO_MEMORY;
+        if (!e->emb_rows) return TERN_E_NO_MEMORY;
     }
-    struct tern_dtensor h = tern_dtensor_rows(&e->fwd.h, row, n);
-    size_t count = (size_t)n * (size_t)E;
-    if (h.dtype == TERN_DTYPE_F32)
-        return be->ops->download(be, e->emb_rows, &h, count * sizeof(float));
-    TERN_TRY(be->ops->download(be, e->emb_raw, &h, tern_dtensor_bytes(&h)));
-    tern_to_f32(h.dtype, e->emb_raw, e->emb_rows, count);
-    return TERN_OK;
+    struct tern_dtensor h = tern_dtensor_rows(&e->fwd.residual, row, n);
+    if (h.dtype != TERN_DTYPE_F32)
+        return tern_error(TERN_E_INTERNAL, "embeddings: the residual is not F32");
+    return be->ops->download(be, e->emb_rows, &h, (size_t)n * (size_t)E * sizeof(float));
 }
 
 /* Pools positions [start, start + n) of stream s, at batch rows from row0. */
@@ -155,7 +152,5 @@ void tern_engine_embed_finish(struct tern_engine *e, struct tern_stream *s, stru
 void tern_engine_embed_deinit(struct tern_engine *e)
 {
     tern_free(e->emb_rows);
-    tern_free(e->emb_raw);
     e->emb_rows = NULL;
-    e->emb_raw = NULL;
 }

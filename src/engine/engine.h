@@ -75,7 +75,6 @@ struct tern_engine {
     struct tern_engine_stats stats; /* counters (running/waiting/kv read at get_stats) */
     /* embeddings (embed.c): final hidden rows downloaded for pooling */
     float *emb_rows;    /* [EMB_ROWS, hidden], made at the first embedding step */
-    void *emb_raw;      /* the same rows in the activation dtype */
 };
 
 enum tern_status tern_engine_host_batch_init(struct tern_engine *e);

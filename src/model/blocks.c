@@ -27,7 +27,7 @@
  *     x += norm(pli_proj(gelu(x pli_gate) * pli[l]), pli_post_norm)   p.per_layer_input
  *     x *= layer_scalar                            p.layer_scalar
  *   logits = lm_head(norm(x[logits_idx])) (softcapped by final_softcap)
- *   h = norm(x) over every row, when f->want_hidden (the final hidden states)
+ *   x = norm(x) over every row, when f->want_hidden (the final hidden states, in place)
  *
  * Depends on model.h and the backend interface.
  */
@@ -290,6 +290,7 @@ enum tern_status tern_model_compute(struct tern_model_core *m, struct tern_fwd *
         TERN_TRY(mlp_block(m, f, l, T));
         TERN_TRY(layer_end(m, f, l, l + 1 < n_layers ? &m->w.layers[l + 1].attn_norm : NULL, T));
     }
-    if (f->want_hidden) TERN_TRY(ops->rmsnorm(be, &res, &m->w.norm, hp->rms_norm_eps, &h));
-    return n_logits ? logits_block(m, f, T, n_logits) : TERN_OK;
+    if (n_logits) TERN_TRY(logits_block(m, f, T, n_logits));
+    /* after the logits rows were read from it: the final hidden states, F32, in place */
+    return f->want_hidden ? ops->rmsnorm(be, &res, &m->w.norm, hp->rms_norm_eps, &res) : TERN_OK;
 }

@@ -280,11 +280,11 @@ struct tern_fwd {
      * batch.token_ids[0] (the next step's input: pass &batch.token_ids as
      * ids_dev) and in ids_at[pos + 1]: no argmax op is needed. */
     bool argmax_fused;
-    /* Set by the caller before a forward: after the layers the final norm
-     * also runs over every token's row, leaving the final hidden states
-     * (what transformers calls last_hidden_state) in `h`, [n_tokens,
-     * hidden] in the activation dtype, for pooling into embeddings. Such a
-     * forward runs op by op (no step op, no graph). */
+    /* Set by the caller before a forward: after the layers (and the
+     * logits) the final norm also runs over every token's row, leaving the
+     * final hidden states (what transformers calls last_hidden_state) in
+     * `residual`, [n_tokens, hidden] F32 on every backend, for pooling into
+     * embeddings. Such a forward runs op by op (no step op, no graph). */
     bool want_hidden;
 };
 
@@ -311,7 +311,7 @@ void tern_kv_cache_deinit(struct tern_model_core *m, struct tern_kv_cache *kv);
 /* Runs the decoder over one ragged batch: writes the batch's K/V into the
  * cache and leaves logits of the rows in batch->logits_idx in f->logits
  * (device memory, [n_logits, vocab] F32), and with f->want_hidden every
- * row's final hidden state in f->h. A model without a head takes no logits
+ * row's final hidden state in f->residual. A model without a head takes no logits
  * rows (TERN_E_UNSUPPORTED). */
 enum tern_status tern_model_forward(struct tern_model_core *m, struct tern_fwd *f,
                                     struct tern_kv_cache *kv, const struct tern_batch *batch);
