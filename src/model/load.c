@@ -23,6 +23,12 @@
  * Hugging Face order into a buffer the model owns (a row copy, right for
  * every type since a row holds whole blocks).
  *
+ * A snapshot that stores q|k|v or gate|up as one tensor (Phi 3's qkv_proj
+ * and gate_up_proj, GLM 4's gate_up_proj: the family names TT_QKV /
+ * TT_GATE_UP) binds it as the layer's fused linear, dense or quantized, and
+ * its parts as views of its rows; the forward then issues one matmul on
+ * every backend. A non-gated MLP (Starcoder 2) binds up and down only.
+ *
  * Backend buffers are made per tensor (the CPU backend uses the mmapped
  * bytes in place; CUDA copies them to the device), except:
  *   - on device backends q/k/v and gate/up of a layer are fused when they
@@ -521,6 +527,46 @@ static enum tern_status bind_group(struct loader *L, const char *const *mods, co
     return TERN_OK;
 }
 
+/* Whether the family names canonical linear `kind` and the source holds
+ * it (dense, ggml or MLX-quantized: each has a .weight). */
+static bool has_linear(struct loader *L, enum tern_tensor_kind kind, int32_t layer)
+{
+    char name[256];
+    if (!L->fam->names[kind]) return false;
+    return tern_wsource_has(L->ws, tensor_name(L, kind, layer, ".weight", name, sizeof name));
+}
+
+/* Rows [row0, row0 + n) of a linear: a view of its weight (also a ggml
+ * one's row bytes), quantization scales and biases, and bias. */
+static struct tern_linear linear_rows(const struct tern_linear *w, int64_t row0, int64_t n)
+{
+    struct tern_linear v = *w;
+    v.weight = tern_dtensor_rows(&w->weight, row0, n);
+    if (w->bits) {
+        v.scales = tern_dtensor_rows(&w->scales, row0, n);
+        v.biases = tern_dtensor_rows(&w->biases, row0, n);
+    }
+    if (w->bias.buf) v.bias = tern_dtensor_rows(&w->bias, row0, n);
+    v.out_features = n;
+    return v;
+}
+
+/* A linear the snapshot stores fused (kind TT_QKV or TT_GATE_UP) of
+ * outs[0] + ... rows, bound whole into `fused` with parts[i] views of its
+ * rows. */
+static enum tern_status bind_stored_fused(struct loader *L, enum tern_tensor_kind kind,
+                                          int32_t layer, const int64_t *outs, int n, int64_t in,
+                                          bool has_bias, struct tern_linear *const *parts,
+                                          struct tern_linear *fused)
+{
+    int64_t rows = 0;
+    for (int k = 0; k < n; k++) rows += outs[k];
+    TERN_TRY(bind_kind(L, kind, layer, rows, in, has_bias, fused));
+    for (int k = 0, row0 = 0; k < n; row0 += (int)outs[k], k++)
+        *parts[k] = linear_rows(fused, row0, outs[k]);
+    return TERN_OK;
+}
+
 static enum tern_status bind_attention(struct loader *L, int32_t i, const struct tern_layer_plan *p,
                                        struct tern_layer *ly)
 {
@@ -530,7 +576,12 @@ static enum tern_status bind_attention(struct loader *L, int32_t i, const struct
     tensor_name(L, TT_Q, i, "", nq, sizeof nq);
     tensor_name(L, TT_K, i, "", nk, sizeof nk);
     tensor_name(L, TT_V, i, "", nv, sizeof nv);
-    if (p->kv_source != i) { /* shares another layer's K/V: queries only */
+    bool qkv_stored = L->fam->names[TT_QKV] && (has_linear(L, TT_QKV, i) || !L->fam->names[TT_Q]);
+    if (p->kv_source == i && !p->k_eq_v && qkv_stored) {
+        const int64_t outs[3] = {qd, kvd, kvd};
+        struct tern_linear *const parts[3] = {&ly->q_proj, &ly->k_proj, &ly->v_proj};
+        TERN_TRY(bind_stored_fused(L, TT_QKV, i, outs, 3, E, p->qkv_bias, parts, &ly->qkv_proj));
+    } else if (p->kv_source != i) { /* shares another layer's K/V: queries only */
         TERN_TRY(bind_linear(L, nq, qd, E, p->qkv_bias, &ly->q_proj));
     } else {
         const char *mods[3] = {nq, nk, p->k_eq_v ? nk : nv};
@@ -539,31 +590,65 @@ static enum tern_status bind_attention(struct loader *L, int32_t i, const struct
         TERN_TRY(bind_group(L, mods, outs, 3, E, p->qkv_bias, parts, &ly->qkv_proj));
     }
     TERN_TRY(bind_kind(L, TT_O, i, E, qd, p->o_bias, &ly->o_proj));
-    if (p->qk_norm) {
-        TERN_TRY(bind_norm(L, TT_Q_NORM, i, hd, &ly->q_norm));
-        if (p->kv_source == i) TERN_TRY(bind_norm(L, TT_K_NORM, i, hd, &ly->k_norm));
+    if (p->qk_norm || p->qk_norm_full) {
+        TERN_TRY(bind_norm(L, TT_Q_NORM, i, p->qk_norm ? hd : qd, &ly->q_norm));
+        if (p->kv_source == i)
+            TERN_TRY(bind_norm(L, TT_K_NORM, i, p->qk_norm ? hd : kvd, &ly->k_norm));
     }
     return TERN_OK;
+}
+
+/* The feed-forward linears: up and down (mlp_plain), or gate | up stored
+ * fused, or gate and up (fused at load where the loader fuses). */
+static enum tern_status bind_mlp(struct loader *L, int32_t i, const struct tern_layer_plan *p,
+                                 struct tern_layer *ly)
+{
+    int64_t E = L->hp->hidden_size, F = p->intermediate;
+    const int64_t gu_out[2] = {F, F};
+    struct tern_linear *const gu_parts[2] = {&ly->gate_proj, &ly->up_proj};
+    if (p->mlp_plain) {
+        TERN_TRY(bind_kind(L, TT_UP, i, F, E, p->mlp_bias, &ly->up_proj));
+    } else if (L->fam->names[TT_GATE_UP] &&
+               (has_linear(L, TT_GATE_UP, i) || !L->fam->names[TT_GATE])) {
+        TERN_TRY(bind_stored_fused(L, TT_GATE_UP, i, gu_out, 2, E, p->mlp_bias, gu_parts,
+                                   &ly->gate_up_proj));
+    } else {
+        char ng[256], nu[256];
+        tensor_name(L, TT_GATE, i, "", ng, sizeof ng);
+        tensor_name(L, TT_UP, i, "", nu, sizeof nu);
+        const char *gu[2] = {ng, nu};
+        TERN_TRY(bind_group(L, gu, gu_out, 2, E, p->mlp_bias, gu_parts, &ly->gate_up_proj));
+    }
+    return bind_kind(L, TT_DOWN, i, E, F, p->mlp_bias, &ly->down_proj);
+}
+
+/* An input norm and, for LayerNorms with bias, its bias. */
+static enum tern_status bind_norm_b(struct loader *L, enum tern_tensor_kind kind,
+                                    enum tern_tensor_kind bias_kind, int32_t layer,
+                                    struct tern_dtensor *w, struct tern_dtensor *b)
+{
+    int64_t E = L->hp->hidden_size;
+    char name[256];
+    TERN_TRY(bind_norm(L, kind, layer, E, w));
+    if (!L->hp->norm_bias) return TERN_OK;
+    return bind_vec(L, tensor_name(L, bias_kind, layer, "", name, sizeof name), E, b);
 }
 
 static enum tern_status bind_layer(struct loader *L, int32_t i, const struct tern_layer_plan *p,
                                    struct tern_layer *ly)
 {
     const struct tern_hparams *hp = L->hp;
-    int64_t E = hp->hidden_size, F = p->intermediate, P = hp->per_layer_dim;
-    TERN_TRY(bind_norm(L, TT_ATTN_NORM, i, E, &ly->attn_norm));
+    int64_t E = hp->hidden_size, P = hp->per_layer_dim;
+    if (!p->no_input_norms)
+        TERN_TRY(bind_norm_b(L, TT_ATTN_NORM, TT_ATTN_NORM_BIAS, i, &ly->attn_norm,
+                             &ly->attn_norm_bias));
     if (p->attn_post_norm) TERN_TRY(bind_norm(L, TT_ATTN_POST_NORM, i, E, &ly->attn_post_norm));
-    TERN_TRY(bind_norm(L, TT_FFN_NORM, i, E, &ly->ffn_norm));
+    if (!p->no_input_norms && !p->parallel)
+        TERN_TRY(bind_norm_b(L, TT_FFN_NORM, TT_FFN_NORM_BIAS, i, &ly->ffn_norm,
+                             &ly->ffn_norm_bias));
     if (p->ffn_post_norm) TERN_TRY(bind_norm(L, TT_FFN_POST_NORM, i, E, &ly->ffn_post_norm));
     TERN_TRY(bind_attention(L, i, p, ly));
-    char ng[256], nu[256];
-    tensor_name(L, TT_GATE, i, "", ng, sizeof ng);
-    tensor_name(L, TT_UP, i, "", nu, sizeof nu);
-    const char *gu[2] = {ng, nu};
-    const int64_t gu_out[2] = {F, F};
-    struct tern_linear *const gu_parts[2] = {&ly->gate_proj, &ly->up_proj};
-    TERN_TRY(bind_group(L, gu, gu_out, 2, E, p->mlp_bias, gu_parts, &ly->gate_up_proj));
-    TERN_TRY(bind_kind(L, TT_DOWN, i, E, F, p->mlp_bias, &ly->down_proj));
+    TERN_TRY(bind_mlp(L, i, p, ly));
     char name[256];
     if (p->layer_scalar)
         TERN_TRY(bind_vec(L, tensor_name(L, TT_LAYER_SCALAR, i, "", name, sizeof name), 1,
@@ -662,7 +747,7 @@ static enum tern_status bind_head(struct loader *L)
     const struct tern_hparams *hp = L->hp;
     struct tern_weights *w = L->w;
     char name[256];
-    TERN_TRY(bind_norm(L, TT_NORM, -1, hp->hidden_size, &w->norm));
+    TERN_TRY(bind_norm_b(L, TT_NORM, TT_NORM_BIAS, -1, &w->norm, &w->norm_bias));
     tensor_name(L, TT_LM_HEAD, -1, ".weight", name, sizeof name);
     if (hp->tie_word_embeddings && !tern_wsource_has(L->ws, name)) {
         w->lm_head = w->embed_tokens;
