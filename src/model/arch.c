@@ -13,7 +13,10 @@
 
 /* The variants, in each family file's order: arch/llama.c, arch/gemma.c,
  * arch/gemma4.c. */
-enum { V_LLAMA, V_MISTRAL, V_QWEN2, V_QWEN3 };
+enum {
+    V_LLAMA, V_MISTRAL, V_QWEN2, V_QWEN3, V_SEED_OSS, V_ERNIE4_5, V_SMOLLM3, V_GRANITE, V_MINICPM,
+    V_PHI3
+};
 enum { V_GEMMA, V_GEMMA2, V_GEMMA3, V_GEMMA3_MM };
 enum { V_GEMMA4_TEXT, V_GEMMA4_WRAPPER, V_GEMMA4_UNIFIED };
 
@@ -22,6 +25,12 @@ static const struct tern_arch arch_table[] = {
     {"MistralForCausalLM", &tern_family_llama, V_MISTRAL},
     {"Qwen2ForCausalLM", &tern_family_llama, V_QWEN2},
     {"Qwen3ForCausalLM", &tern_family_llama, V_QWEN3},
+    {"SeedOssForCausalLM", &tern_family_llama, V_SEED_OSS},
+    {"Ernie4_5ForCausalLM", &tern_family_llama, V_ERNIE4_5},
+    {"SmolLM3ForCausalLM", &tern_family_llama, V_SMOLLM3},
+    {"GraniteForCausalLM", &tern_family_llama, V_GRANITE},
+    {"MiniCPMForCausalLM", &tern_family_llama, V_MINICPM},
+    {"Phi3ForCausalLM", &tern_family_phi3, V_PHI3},
     {"GemmaForCausalLM", &tern_family_gemma, V_GEMMA},
     {"Gemma2ForCausalLM", &tern_family_gemma2, V_GEMMA2},
     {"Gemma3ForCausalLM", &tern_family_gemma2, V_GEMMA3},
