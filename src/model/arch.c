@@ -12,13 +12,14 @@
 #include <string.h>
 
 /* The variants, in each family file's order: arch/llama.c, arch/gemma.c,
- * arch/gemma4.c. */
+ * arch/gemma4.c, arch/olmo.c. */
 enum {
     V_LLAMA, V_MISTRAL, V_QWEN2, V_QWEN3, V_SEED_OSS, V_ERNIE4_5, V_SMOLLM3, V_GRANITE, V_MINICPM,
     V_PHI3
 };
 enum { V_GEMMA, V_GEMMA2, V_GEMMA3, V_GEMMA3_MM };
 enum { V_GEMMA4_TEXT, V_GEMMA4_WRAPPER, V_GEMMA4_UNIFIED };
+enum { V_OLMO2, V_OLMO3 };
 
 static const struct tern_arch arch_table[] = {
     {"LlamaForCausalLM", &tern_family_llama, V_LLAMA},
@@ -31,6 +32,8 @@ static const struct tern_arch arch_table[] = {
     {"GraniteForCausalLM", &tern_family_llama, V_GRANITE},
     {"MiniCPMForCausalLM", &tern_family_llama, V_MINICPM},
     {"Phi3ForCausalLM", &tern_family_phi3, V_PHI3},
+    {"Olmo2ForCausalLM", &tern_family_olmo, V_OLMO2},
+    {"Olmo3ForCausalLM", &tern_family_olmo, V_OLMO3},
     {"GemmaForCausalLM", &tern_family_gemma, V_GEMMA},
     {"Gemma2ForCausalLM", &tern_family_gemma2, V_GEMMA2},
     {"Gemma3ForCausalLM", &tern_family_gemma2, V_GEMMA3},
