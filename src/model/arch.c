@@ -12,7 +12,7 @@
 #include <string.h>
 
 /* The variants, in each family file's order: arch/llama.c, arch/gemma.c,
- * arch/gemma4.c, arch/olmo.c. */
+ * arch/gemma4.c, arch/olmo.c (glm4.c and starcoder2.c have one). */
 enum {
     V_LLAMA, V_MISTRAL, V_QWEN2, V_QWEN3, V_SEED_OSS, V_ERNIE4_5, V_SMOLLM3, V_GRANITE, V_MINICPM,
     V_PHI3
@@ -34,6 +34,8 @@ static const struct tern_arch arch_table[] = {
     {"Phi3ForCausalLM", &tern_family_phi3, V_PHI3},
     {"Olmo2ForCausalLM", &tern_family_olmo, V_OLMO2},
     {"Olmo3ForCausalLM", &tern_family_olmo, V_OLMO3},
+    {"Glm4ForCausalLM", &tern_family_glm4, 0},
+    {"Starcoder2ForCausalLM", &tern_family_starcoder2, 0},
     {"GemmaForCausalLM", &tern_family_gemma, V_GEMMA},
     {"Gemma2ForCausalLM", &tern_family_gemma2, V_GEMMA2},
     {"Gemma3ForCausalLM", &tern_family_gemma2, V_GEMMA3},

@@ -83,6 +83,8 @@ extern const struct tern_family tern_family_gemma2; /* Gemma 2, 3 */
 extern const struct tern_family tern_family_gemma4;
 extern const struct tern_family tern_family_phi3; /* llama.c's rows, fused tensors */
 extern const struct tern_family tern_family_olmo;
+extern const struct tern_family tern_family_glm4;
+extern const struct tern_family tern_family_starcoder2;
 
 /* A family's defaults for the shared keys (transformers' config class
  * defaults), for keys a snapshot may leave out (multimodal wrappers'
