@@ -12,7 +12,8 @@
 #include <string.h>
 
 /* The variants, in each family file's order: arch/llama.c, arch/gemma.c,
- * arch/gemma4.c, arch/olmo.c (glm4.c and starcoder2.c have one). */
+ * arch/gemma4.c, arch/olmo.c, arch/cohere.c (glm4.c and starcoder2.c have
+ * one). */
 enum {
     V_LLAMA, V_MISTRAL, V_QWEN2, V_QWEN3, V_SEED_OSS, V_ERNIE4_5, V_SMOLLM3, V_GRANITE, V_MINICPM,
     V_PHI3
@@ -20,6 +21,7 @@ enum {
 enum { V_GEMMA, V_GEMMA2, V_GEMMA3, V_GEMMA3_MM };
 enum { V_GEMMA4_TEXT, V_GEMMA4_WRAPPER, V_GEMMA4_UNIFIED };
 enum { V_OLMO2, V_OLMO3 };
+enum { V_COHERE, V_COHERE2 };
 
 static const struct tern_arch arch_table[] = {
     {"LlamaForCausalLM", &tern_family_llama, V_LLAMA},
@@ -36,6 +38,8 @@ static const struct tern_arch arch_table[] = {
     {"Olmo3ForCausalLM", &tern_family_olmo, V_OLMO3},
     {"Glm4ForCausalLM", &tern_family_glm4, 0},
     {"Starcoder2ForCausalLM", &tern_family_starcoder2, 0},
+    {"CohereForCausalLM", &tern_family_cohere, V_COHERE},
+    {"Cohere2ForCausalLM", &tern_family_cohere, V_COHERE2},
     {"GemmaForCausalLM", &tern_family_gemma, V_GEMMA},
     {"Gemma2ForCausalLM", &tern_family_gemma2, V_GEMMA2},
     {"Gemma3ForCausalLM", &tern_family_gemma2, V_GEMMA3},

@@ -85,6 +85,7 @@ extern const struct tern_family tern_family_phi3; /* llama.c's rows, fused tenso
 extern const struct tern_family tern_family_olmo;
 extern const struct tern_family tern_family_glm4;
 extern const struct tern_family tern_family_starcoder2;
+extern const struct tern_family tern_family_cohere;
 
 /* A family's defaults for the shared keys (transformers' config class
  * defaults), for keys a snapshot may leave out (multimodal wrappers'
