@@ -75,6 +75,7 @@ struct loader {
     size_t n_done, n_total;
     uint64_t t0;
     bool fuse_ok;      /* device backend: fuse q/k/v and gate/up */
+    bool dry;          /* tern_weights_check: tensors found and checked, nothing bound */
     struct slot *fuse; /* non-NULL while binding a fused group (SLOT_N slots) */
     struct slot *slot; /* where bind() uploads the tensor it is binding, or NULL */
     int norm_dtype;    /* the first norm's dtype in the file (the model's dtype), or -1 */
@@ -169,7 +170,7 @@ static enum tern_status fetch(struct loader *L, const char *name, int n_dims,
 /* Whether a ggml block type binds as BF16 (the backend does not take it). */
 static bool ggml_to_bf16(const struct loader *L, uint32_t ggml_type)
 {
-    return ggml_type && (L->ggml_bf16 || !tern_backend_ggml_ok(L->be, ggml_type));
+    return ggml_type && (L->ggml_bf16 || !L->be || !tern_backend_ggml_ok(L->be, ggml_type));
 }
 
 /* The bytes a fetched view binds as, where they differ from the file's: q /
@@ -219,6 +220,14 @@ static enum tern_status bind_view(struct loader *L, struct tern_wview *w, int n_
                                   const int64_t *shape, struct tern_dtensor *out)
 {
     void *tmp;
+    if (L->dry) { /* checked by fetch(): only the view's description */
+        memset(out, 0, sizeof *out);
+        out->dtype = w->v.dtype;
+        out->n_dims = n_dims;
+        memcpy(out->shape, shape, sizeof(int64_t) * (size_t)n_dims);
+        L->w->n_bytes += (int64_t)w->v.n_bytes;
+        return TERN_OK;
+    }
     TERN_TRY(prepare(L, w, &tmp));
     const struct tern_tensor_view *v = &w->v;
     memset(out, 0, sizeof *out);
@@ -282,7 +291,7 @@ static enum tern_status bind_norm(struct loader *L, enum tern_tensor_kind kind, 
     const struct tern_tensor_view v = wv.v;
     L->w->n_params += n;
     if (L->norm_dtype < 0) L->norm_dtype = (int)v.dtype;
-    if (!L->hp->norm_plus_one) return bind_view(L, &wv, 1, &n, out);
+    if (!L->hp->norm_plus_one || L->dry) return bind_view(L, &wv, 1, &n, out);
     float *f = tern_malloc((size_t)n * sizeof *f);
     if (!f) return TERN_E_NO_MEMORY;
     for (int64_t i = 0; i < n; i++) f[i] = 1.0f + to_f32(v.data, v.dtype, (size_t)i);
@@ -784,17 +793,11 @@ static bool env_on(const char *name)
     return e && *e && strcmp(e, "0") != 0;
 }
 
-enum tern_status tern_weights_load(struct tern_model_core *m, struct tern_wsource *ws,
-                                   const struct tern_json_doc *cfg, bool progress)
+/* Binds (or with L->dry checks) every tensor the plans need. */
+static enum tern_status load(struct tern_model_core *m, struct loader *Lp, bool progress)
 {
+    struct loader L = *Lp;
     struct tern_weights *w = &m->w;
-    memset(w, 0, sizeof *w);
-    struct loader L = {
-        .be = m->be, .ws = ws, .cfg = cfg, .fam = m->arch->family, .hp = &m->hp, .w = w,
-        .progress = progress, .n_total = tern_wsource_n_tensors(ws), .t0 = tern_now_ns(),
-        .fuse_ok = m->be->device != TERN_DEVICE_CPU, .norm_dtype = -1,
-        .ggml_bf16 = env_on("TERN_GGML_BF16"),
-    };
     TERN_TRY(find_quant(&L));
     TERN_TRY(find_prefix(&L));
     w->layers = tern_calloc((size_t)m->hp.num_hidden_layers, sizeof *w->layers);
@@ -807,7 +810,7 @@ enum tern_status tern_weights_load(struct tern_model_core *m, struct tern_wsourc
         if (progress) fputc('\n', stderr);
         return st;
     }
-    report_ggml(&L);
+    if (!L.dry) report_ggml(&L);
     bool packed = w->quant_bits || w->embed_tokens.ggml_type;
     w->dtype = packed && L.norm_dtype >= 0 ? (enum tern_dtype)L.norm_dtype
                                            : w->embed_tokens.weight.dtype;
@@ -815,9 +818,34 @@ enum tern_status tern_weights_load(struct tern_model_core *m, struct tern_wsourc
     return TERN_OK;
 }
 
+enum tern_status tern_weights_load(struct tern_model_core *m, struct tern_wsource *ws,
+                                   const struct tern_json_doc *cfg, bool progress)
+{
+    memset(&m->w, 0, sizeof m->w);
+    struct loader L = {
+        .be = m->be, .ws = ws, .cfg = cfg, .fam = m->arch->family, .hp = &m->hp, .w = &m->w,
+        .progress = progress, .n_total = tern_wsource_n_tensors(ws), .t0 = tern_now_ns(),
+        .fuse_ok = m->be->device != TERN_DEVICE_CPU, .norm_dtype = -1,
+        .ggml_bf16 = env_on("TERN_GGML_BF16"),
+    };
+    return load(m, &L, progress);
+}
+
+enum tern_status tern_weights_check(struct tern_model_core *m, struct tern_wsource *ws,
+                                    const struct tern_json_doc *cfg)
+{
+    memset(&m->w, 0, sizeof m->w);
+    struct loader L = {
+        .ws = ws, .cfg = cfg, .fam = m->arch->family, .hp = &m->hp, .w = &m->w,
+        .n_total = tern_wsource_n_tensors(ws), .t0 = tern_now_ns(), .dry = true,
+        .norm_dtype = -1,
+    };
+    return load(m, &L, false);
+}
+
 void tern_weights_free(struct tern_backend *be, struct tern_weights *w)
 {
-    for (size_t i = 0; i < w->n_bufs; i++) be->ops->buf_free(be, w->bufs[i]);
+    for (size_t i = 0; i < w->n_bufs && be; i++) be->ops->buf_free(be, w->bufs[i]);
     tern_free(w->bufs);
     tern_free(w->layers);
     memset(w, 0, sizeof *w);

@@ -62,8 +62,9 @@ enum tern_status tern_model_rope_make(struct tern_model_core *m, int32_t r, int6
 }
 
 /* One rope table per rope of the config, at the head_dim of the layers
- * that use it (they must agree). */
-static enum tern_status ropes_init(const struct tern_json_doc *cfg, struct tern_model_core *m)
+ * that use it (they must agree); make false: only the checks. */
+static enum tern_status ropes_init(const struct tern_json_doc *cfg, struct tern_model_core *m,
+                                   bool make)
 {
     const struct tern_hparams *hp = &m->hp;
     for (int32_t r = 0; r < hp->n_ropes; r++) {
@@ -95,7 +96,7 @@ static enum tern_status ropes_init(const struct tern_json_doc *cfg, struct tern_
         rope->mscale = 1.0f;
         /* a rope that depends on the context gets its table per forward state */
         m->rope_by_context[r] = tern_rope_cfg_by_context(rc);
-        if (!m->rope_by_context[r])
+        if (make && !m->rope_by_context[r])
             TERN_TRY(tern_model_rope_make(m, r, rc->max_pos, rope));
     }
     return TERN_OK;
@@ -262,7 +263,7 @@ enum tern_status tern_model_core_load(struct tern_wsource *ws, const struct tern
         char path[512];
         struct tern_json_doc tc = text_config(cfg, path, sizeof path);
         st = tern_weights_load(m, ws, cfg, progress); /* quantization is top-level */
-        if (st == TERN_OK) st = ropes_init(&tc, m);
+        if (st == TERN_OK) st = ropes_init(&tc, m, true);
     }
     if (st != TERN_OK) {
         tern_model_core_free(m);
@@ -272,6 +273,17 @@ enum tern_status tern_model_core_load(struct tern_wsource *ws, const struct tern
     return TERN_OK;
 }
 
+enum tern_status tern_model_core_check(struct tern_wsource *ws, const struct tern_json_doc *cfg,
+                                       struct tern_model_core *m)
+{
+    memset(m, 0, sizeof *m);
+    TERN_TRY(plan_model(cfg, m));
+    char path[512];
+    struct tern_json_doc tc = text_config(cfg, path, sizeof path);
+    TERN_TRY(tern_weights_check(m, ws, cfg));
+    return ropes_init(&tc, m, false);
+}
+
 void tern_model_core_free(struct tern_model_core *m)
 {
     if (m->be) {
@@ -279,6 +291,8 @@ void tern_model_core_free(struct tern_model_core *m)
         for (int r = 0; r < TERN_MAX_ROPES; r++) tern_dtensor_free(m->be, &m->ropes[r].inv_freq);
         tern_weights_free(m->be, &m->w);
         tern_backend_destroy(m->be);
+    } else {
+        tern_weights_free(NULL, &m->w); /* a check's: descriptions only */
     }
     tern_free(m->plans);
     tern_free(m->layer_group);

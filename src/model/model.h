@@ -265,6 +265,14 @@ enum tern_status tern_model_core_load(struct tern_wsource *ws, const struct tern
                                       struct tern_model_core *m);
 void tern_model_core_free(struct tern_model_core *m);
 
+/* tern_model_core_load without a backend or any weight's bytes: reads
+ * config.json, plans and checks the layers and ropes, and finds every
+ * tensor the plans need in the source with the dtype and shape the config
+ * implies (w holds their descriptions, n_unused the tensors left over).
+ * The same errors as a load's; free m with tern_model_core_free. */
+enum tern_status tern_model_core_check(struct tern_wsource *ws, const struct tern_json_doc *cfg,
+                                       struct tern_model_core *m);
+
 /* True when every layer is the plain llama block (pre-norm attention and
  * SwiGLU MLP, one geometry, no post norms, softcaps, scalars, window or
  * shared KV, no embedding scale): the shape the backends' whole-step
@@ -275,7 +283,10 @@ bool tern_model_is_plain(const struct tern_model_core *m);
  * against the config) and makes backend buffers for them (load.c). */
 enum tern_status tern_weights_load(struct tern_model_core *m, struct tern_wsource *ws,
                                    const struct tern_json_doc *cfg, bool progress);
-void tern_weights_free(struct tern_backend *be, struct tern_weights *w);
+/* tern_weights_load's checks alone (no backend: be may be NULL in m). */
+enum tern_status tern_weights_check(struct tern_model_core *m, struct tern_wsource *ws,
+                                    const struct tern_json_doc *cfg);
+void tern_weights_free(struct tern_backend *be, struct tern_weights *w); /* be NULL: no buffers */
 
 /* One captured decode forward (see tern_model_forward_graph). */
 struct tern_fwd_graph {
