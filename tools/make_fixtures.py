@@ -692,13 +692,13 @@ def write_golden(model_dir, spec, seed, model, prompt, logits, greedy, greedy_lo
         "greedy_note": "EOS ignored; greedy_logits[i] are the logits that chose greedy[i]; "
                        "greedy_logits[0] == logits[-1]",
         "checks": stats,
-        "versions": {"transformers": transformers.__version__, "torch": torch.__version__,
-                     "numpy": np.__version__},
     }
     if mlx:
         meta["versions"] = dict(model, weights_made_by="transformers " + transformers.__version__)
     else:
         meta["rope"] = rope_meta(model)
+        meta["versions"] = {"transformers": transformers.__version__, "torch": torch.__version__,
+                            "numpy": np.__version__}
     if spec.get("tokenizer"):
         import tokenizers
         meta["versions"]["tokenizers"] = tokenizers.__version__
