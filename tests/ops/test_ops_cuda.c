@@ -4,8 +4,9 @@
  * crossing KV block boundaries, prefill and decode sequences in one ragged
  * batch, sliding window, softcap), and batch invariance of the
  * deterministic mode (a sequence alone and inside a larger batch must give
- * bitwise equal outputs), and the fused ops (qk_rope_store, matmul_glu)
- * against the CPU and against the unfused CUDA ops.
+ * bitwise equal outputs), the fused ops (qk_rope_store, matmul_glu)
+ * against the CPU and against the unfused CUDA ops, and the generic tier's
+ * (layernorm, the activation alone, the full-width q/k norm).
  *
  * Inputs are rounded to BF16 first, so both backends see the same values
  * (the CPU computes in F32, the GPU in BF16 with F32 accumulation); outputs
