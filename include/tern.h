@@ -128,6 +128,29 @@ struct tern_model_info {
 
 enum tern_status tern_model_get_info(const struct tern_model *model, struct tern_model_info *out);
 
+/* What tern makes of a model without loading it (tern_model_check). */
+struct tern_model_support {
+    char architecture[128]; /* config.json architectures[0] ("" when it has none) */
+    char model_type[64];    /* config.json model_type ("" when it has none) */
+    char family[32];        /* the tern family that plans it ("llama", "gemma4", ...), or "" */
+    bool supported;         /* tern_model_open would load it */
+    /* When not supported: the first feature tern lacks, or the first
+     * inconsistency, as tern_model_open's error names it (the architecture,
+     * a config.json key, or a tensor). */
+    char reason[1024];
+    int32_t n_unused_tensors; /* tensors in the files that the architecture does not use */
+};
+
+/* Checks a Hugging Face snapshot directory or a GGUF file without loading
+ * its weights: config.json is read and every layer planned as
+ * tern_model_open does, and every tensor the plan needs is looked up, with
+ * its dtype and shape, in the safetensors headers (or the GGUF's tensor
+ * table). Returns TERN_OK when the check ran: out->supported says whether
+ * tern runs the model and out->reason why not. Returns an error (and fills
+ * only what it could) when there is no readable config: no such path, no
+ * config.json, a config.json that is not JSON, a file that is not GGUF. */
+enum tern_status tern_model_check(const char *path, struct tern_model_support *out);
+
 /* Describes a GGUF file (llama.cpp's format) from its metadata alone, without
  * loading weights, for `tern inspect`: the architecture and its sizes,
  * tensors counted by type, the tokenizer kind and whether a chat template is

@@ -13,7 +13,10 @@ Used for speed benchmarks where downloading the real weights is not possible
 
 Weights: every matrix is N(0, 0.02^2) (torch.randn on the device, then
 BF16), norm weights are ones. Needs torch and safetensors; transformers is
-used, when present, to check the config parses as the published model type.
+used, when present, to check the preset: its config must parse as the
+published model type, and the model transformers builds from it on the meta
+device (no memory) must have exactly the tensor names and shapes written
+here (`--check` does only that, for one preset or `all`).
 """
 import argparse
 import json
@@ -255,8 +258,38 @@ GEMMA4_12B = {
     "vocab_size": 262144,
 }
 
+PHI_3_MINI = {
+    # microsoft/Phi-3-mini-4k-instruct config.json: 3.8 B, MHA, q|k|v and gate|up stored fused
+    "architectures": ["Phi3ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 1,
+    "embd_pdrop": 0.0,
+    "eos_token_id": 32000,
+    "hidden_act": "silu",
+    "hidden_size": 3072,
+    "initializer_range": 0.02,
+    "intermediate_size": 8192,
+    "max_position_embeddings": 4096,
+    "model_type": "phi3",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 32,
+    "original_max_position_embeddings": 4096,
+    "pad_token_id": 32000,
+    "resid_pdrop": 0.0,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": None,
+    "rope_theta": 10000.0,
+    "sliding_window": 2047,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+    "vocab_size": 32064,
+}
+
 PRESETS.update({"gemma-3-12b": GEMMA3_12B_TEXT, "gemma-4-e4b": GEMMA4_E4B,
-                "gemma-4-12b": GEMMA4_12B})
+                "gemma-4-12b": GEMMA4_12B, "phi-3-mini": PHI_3_MINI})
 
 
 def gemma_layer_shapes(c, i, p):
@@ -303,6 +336,7 @@ def tensor_shapes(c):
     hd = c.get("head_dim") or E // H
     qk_norm = c["model_type"] == "qwen3"
     gemma = c["model_type"] in ("gemma3_text", "gemma4_text")
+    fused = c["model_type"] == "phi3"  # qkv_proj, gate_up_proj
     out = [("model.embed_tokens.weight", (V, E))]
     P = c.get("hidden_size_per_layer_input") if c["model_type"] == "gemma4_text" else None
     if P:
@@ -315,21 +349,22 @@ def tensor_shapes(c):
         if gemma:
             out += gemma_layer_shapes(c, i, p)
             continue
-        out += [
-            (p + "input_layernorm.weight", (E,)),
-            (p + "self_attn.q_proj.weight", (H * hd, E)),
-            (p + "self_attn.k_proj.weight", (KV * hd, E)),
-            (p + "self_attn.v_proj.weight", (KV * hd, E)),
-            (p + "self_attn.o_proj.weight", (E, H * hd)),
-        ]
+        out.append((p + "input_layernorm.weight", (E,)))
+        if fused:
+            out.append((p + "self_attn.qkv_proj.weight", ((H + 2 * KV) * hd, E)))
+        else:
+            out += [(p + "self_attn.q_proj.weight", (H * hd, E)),
+                    (p + "self_attn.k_proj.weight", (KV * hd, E)),
+                    (p + "self_attn.v_proj.weight", (KV * hd, E))]
+        out.append((p + "self_attn.o_proj.weight", (E, H * hd)))
         if qk_norm:
             out += [(p + "self_attn.q_norm.weight", (hd,)), (p + "self_attn.k_norm.weight", (hd,))]
-        out += [
-            (p + "post_attention_layernorm.weight", (E,)),
-            (p + "mlp.gate_proj.weight", (F, E)),
-            (p + "mlp.up_proj.weight", (F, E)),
-            (p + "mlp.down_proj.weight", (E, F)),
-        ]
+        out.append((p + "post_attention_layernorm.weight", (E,)))
+        if fused:
+            out.append((p + "mlp.gate_up_proj.weight", (2 * F, E)))
+        else:
+            out += [(p + "mlp.gate_proj.weight", (F, E)), (p + "mlp.up_proj.weight", (F, E))]
+        out.append((p + "mlp.down_proj.weight", (E, F)))
     out.append(("model.norm.weight", (E,)))
     if not c.get("tie_word_embeddings"):
         out.append(("lm_head.weight", (V, E)))
@@ -354,8 +389,11 @@ def plan_shards(shapes):
 
 
 def check_config(c):
+    """The preset against transformers: its config parses as the model type, and the model
+    transformers builds from it on the meta device has the tensors tensor_shapes() writes."""
     try:
-        from transformers import AutoConfig
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
     except ImportError:
         return
     try:
@@ -365,12 +403,24 @@ def check_config(c):
         return
     cfg = cfg.get_text_config()
     assert cfg.hidden_size == c["hidden_size"], "transformers read a different hidden_size"
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    if c.get("tie_word_embeddings"):
+        want.pop("lm_head.weight", None)
+    have = dict(tensor_shapes(c))
+    diff = sorted(k for k in set(want) | set(have) if want.get(k) != have.get(k))
+    if diff:
+        raise SystemExit(f"make_model: {c['model_type']} tensors differ from transformers' model: "
+                         + ", ".join(f"{k} {have.get(k)} vs {want.get(k)}" for k in diff[:8]))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--preset", required=True, choices=sorted(PRESETS))
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--preset", required=True, choices=sorted(PRESETS) + ["all"])
+    ap.add_argument("--out")
+    ap.add_argument("--check", action="store_true",
+                    help="only check the preset(s) against transformers; write nothing")
     ap.add_argument("--tokenizer-dir", help="copy tokenizer.json / tokenizer_config.json from here")
     ap.add_argument("--device", default=None, help="torch device for randn (default: cuda if present)")
     ap.add_argument("--seed", type=int, default=0)
@@ -380,6 +430,13 @@ def main():
     import torch
     from safetensors.torch import save_file
 
+    if a.check:
+        for name in sorted(PRESETS) if a.preset == "all" else [a.preset]:
+            check_config(PRESETS[name])
+            print(f"{name}: config and {len(tensor_shapes(PRESETS[name]))} tensors match transformers")
+        return
+    if not a.out or a.preset == "all":
+        ap.error("--out and one --preset are needed to write a model")
     c = PRESETS[a.preset]
     check_config(c)
     dev = a.device or ("cuda" if torch.cuda.is_available() else "cpu")

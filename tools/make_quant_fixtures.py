@@ -69,6 +69,8 @@ RECIPES = [
     ("llama-mixed", "tiny-llama", 4, 64, MIXED),
     ("gemma3-q4g32", "tiny-gemma3", 4, 32, None),
     ("gemma4-q4g32", "tiny-gemma4", 4, 32, None),
+    ("phi3-q4g32", "tiny-phi3", 4, 32, None),      # qkv_proj and gate_up_proj quantized as one
+    ("cohere-q8g32", "tiny-cohere", 8, 32, None),  # LayerNorms, the parallel block, logit_scale
 ]
 
 TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json"]

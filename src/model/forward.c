@@ -76,7 +76,7 @@ int32_t tern_fwd_seq_bucket(int32_t max_seq_len, int32_t cap)
 
 enum tern_status tern_fwd_init(struct tern_model_core *m, int32_t max_tokens, int32_t max_seqs,
                                int32_t max_blocks_per_seq, int32_t max_logits, int32_t block_size,
-                               struct tern_fwd *f)
+                               int64_t context, struct tern_fwd *f)
 {
     memset(f, 0, sizeof *f);
     struct tern_backend *be = m->be;
@@ -122,6 +122,15 @@ enum tern_status tern_fwd_init(struct tern_model_core *m, int32_t max_tokens, in
         tern_fwd_deinit(m, f);
         return TERN_E_NO_MEMORY;
     }
+    for (int32_t r = 0; r < TERN_MAX_ROPES; r++) {
+        f->ropes[r] = m->ropes[r];
+        if (!m->rope_by_context[r]) continue;
+        if ((st = tern_model_rope_make(m, r, context, &f->ropes[r])) != TERN_OK) {
+            tern_fwd_deinit(m, f);
+            return st;
+        }
+        f->rope_owned[r] = true;
+    }
     f->use_graphs = be->ops->graph_begin != NULL;
     return TERN_OK;
 }
@@ -136,6 +145,9 @@ void tern_fwd_deinit(struct tern_model_core *m, struct tern_fwd *f)
     f->n_graphs = 0;
     tern_free(f->meta_host);
     f->meta_host = NULL;
+    for (int32_t r = 0; r < TERN_MAX_ROPES; r++)
+        if (f->rope_owned[r]) tern_dtensor_free(m->be, &f->ropes[r].inv_freq);
+    memset(f->rope_owned, 0, sizeof f->rope_owned);
 }
 
 size_t tern_kv_block_bytes(const struct tern_model_core *m, int32_t group, int32_t block_size)

@@ -99,8 +99,8 @@ static enum tern_status check_params(const struct tern_sched_params *p)
                           "n_blocks (%d) and block_size (%d) must all be > 0, n_groups (%d) at "
                           "most %d", p->max_seqs, p->max_batch_tokens, p->max_context,
                           p->n_blocks, p->block_size, p->n_groups, TERN_MAX_KV_GROUPS);
-    for (int32_t g = 0; grouped && g < p->n_groups; g++)
-        if (p->group_blocks[g] <= 0 || p->group_window[g] < 0)
+    for (int32_t g = 0; g < p->n_groups; g++)
+        if ((grouped && p->group_blocks[g] <= 0) || p->group_window[g] < 0)
             return tern_error(TERN_E_INVALID_ARG, "sched: KV group %d has %d blocks, window %d",
                               g, p->group_blocks[g], p->group_window[g]);
     return TERN_OK;
@@ -131,7 +131,7 @@ enum tern_status tern_sched_create(const struct tern_sched_params *params, struc
         struct tern_kv_params kp = {params->n_groups > 1 ? params->group_blocks[g]
                                                          : params->n_blocks,
                                     params->block_size, params->enable_prefix_cache,
-                                    params->n_groups > 1 ? params->group_window[g] : 0};
+                                    params->n_groups >= 1 ? params->group_window[g] : 0};
         st = tern_kv_create(&kp, &s->kv[g]);
     }
     if (st != TERN_OK) goto fail;

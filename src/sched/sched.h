@@ -76,10 +76,11 @@ struct tern_sched_params {
     int32_t block_size;       /* tokens per KV block */
     bool enable_prefix_cache;
     /* KV groups: layers whose K/V live differently (sliding windows) keep a
-     * pool of their own, and every sequence a block table in each. 0 or 1:
-     * one full pool of n_blocks. Otherwise group g has group_blocks[g]
-     * blocks (group 0 too: n_blocks is then ignored) and window
-     * group_window[g] (0: full attention; kv/kv.h windowed pools). A
+     * pool of their own, and every sequence a block table in each. 0: one
+     * full pool of n_blocks; 1: one pool of n_blocks with window
+     * group_window[0] (every layer slides alike). Otherwise group g has
+     * group_blocks[g] blocks (group 0 too: n_blocks is then ignored) and
+     * window group_window[g] (0: full attention; kv/kv.h windowed pools). A
      * sequence runs only when every group has its blocks; its cached prefix
      * is the longest every group can serve. */
     int32_t n_groups;

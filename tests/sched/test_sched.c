@@ -219,6 +219,8 @@ static void fake_forward(struct run *R, const struct tern_sched_out *o, const st
         int32_t len = b->seq_lens[s];
         const struct tern_sched_sample *sm = &o->samples[r];
         assert_int_equal(len, sm->n_tokens);
+        /* positions a windowed group 0 no longer holds: the sequence's own tokens */
+        memcpy(ctx, sm->tokens, 4 * (size_t)len);
         for (int32_t g = 0; g < R->n_groups; g++) {
             int32_t w = tern_kv_window(tern_sched_kv_group(R->s, g));
             for (int32_t p = w && len > w ? len - w : 0; p < len; p++) {
@@ -382,7 +384,10 @@ static uint32_t rng_next(uint32_t *s)
 static void random_workload(uint32_t seed, int32_t n_blocks, bool prefix_cache, int32_t window)
 {
     struct tern_sched_params p = {6, 24, 96, n_blocks, 4, prefix_cache, 0, {0}, {0}};
-    if (window) { /* a full group and a windowed one (a fifth of the blocks) */
+    if (window < 0) { /* one windowed pool: every layer slides alike */
+        p.n_groups = 1;
+        p.group_window[0] = -window;
+    } else if (window) { /* a full group and a windowed one (a fifth of the blocks) */
         p.n_groups = 2;
         p.group_blocks[0] = n_blocks;
         p.group_blocks[1] = n_blocks / 5 > 14 ? n_blocks / 5 : 14;
@@ -482,6 +487,8 @@ static void test_random_windowed_groups(void **state)
     for (uint32_t seed = 1; seed <= 4; seed++) random_workload(seed * 7907u, 40, true, 9);
     for (uint32_t seed = 1; seed <= 3; seed++) random_workload(seed * 6133u, 200, true, 16);
     for (uint32_t seed = 1; seed <= 2; seed++) random_workload(seed * 911u, 60, false, 5);
+    /* one windowed pool too small for a whole sequence (96 tokens: 24 blocks) */
+    for (uint32_t seed = 1; seed <= 2; seed++) random_workload(seed * 4099u, 14, true, -9);
 }
 
 static struct tern_sched_params small_params(int32_t n_blocks)
