@@ -22,6 +22,7 @@ int tern_cmd_render(int argc, char **argv);
 int tern_cmd_serve(int argc, char **argv);
 int tern_cmd_quantize(int argc, char **argv);
 int tern_cmd_chat(int argc, char **argv);
+int tern_cmd_embed(int argc, char **argv);
 
 /* Prints "tern <cmd>: <what>: <tern_last_error()>" to stderr and returns 1. */
 int cli_fail(const char *cmd, const char *what, enum tern_status st);

@@ -112,8 +112,44 @@ static int open_model(const char *cmd, const struct model_opts *o, struct tern_m
 
 static const char inspect_usage[] =
     "usage: tern inspect --model DIR|FILE.gguf [--json] [--device cpu|cuda|auto]\n"
-    "Shows the architecture, parameter count, dtype, bytes and context length;\n"
+    "Shows the architecture and whether tern supports it (checked without loading\n"
+    "weights; if not, the first unsupported feature: a config key or a tensor), then\n"
+    "for a supported model its parameter count, dtype, bytes and context length;\n"
     "for a GGUF file, a summary of its metadata (no weights are loaded).\n";
+
+/* s as a JSON string literal. */
+static void put_json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') printf("\\%c", c);
+        else if (c < 0x20) printf("\\u%04x", c);
+        else putchar(c);
+    }
+    putchar('"');
+}
+
+/* The check of a model tern does not run: what it is and why not, on
+ * stdout; the reason as the one error line on stderr. */
+static int inspect_unsupported(const struct tern_model_support *sup, bool json)
+{
+    if (json) {
+        printf("{\"architecture\": ");
+        put_json_str(sup->architecture);
+        printf(", \"model_type\": ");
+        put_json_str(sup->model_type);
+        printf(", \"supported\": false, \"unsupported\": ");
+        put_json_str(sup->reason);
+        printf("}\n");
+    } else {
+        printf("architecture     %s (%s)\n", sup->architecture, sup->model_type);
+        printf("supported        no\n");
+        printf("unsupported      %s\n", sup->reason);
+    }
+    fprintf(stderr, "tern inspect: %s\n", sup->reason);
+    return 1;
+}
 
 int tern_cmd_inspect(int argc, char **argv)
 {
@@ -129,18 +165,23 @@ int tern_cmd_inspect(int argc, char **argv)
         tern_free_buf(text);
         return 0;
     }
+    struct tern_model_support sup;
+    enum tern_status cst = tern_model_check(o.model, &sup);
+    if (cst != TERN_OK) return cli_fail("inspect", NULL, cst);
+    if (!sup.supported) return inspect_unsupported(&sup, o.json);
     struct tern_model *m;
     if ((rc = open_model("inspect", &o, &m))) return rc;
     struct tern_model_info in;
     tern_model_get_info(m, &in);
     if (o.json) {
-        printf("{\"architecture\": \"%s\", \"model_type\": \"%s\", \"dtype\": \"%s\", "
+        printf("{\"architecture\": \"%s\", \"model_type\": \"%s\", \"supported\": true, "
+               "\"family\": \"%s\", \"dtype\": \"%s\", "
                "\"n_params\": %lld, \"weight_bytes\": %lld, \"n_layers\": %d, \"hidden_size\": %d, "
                "\"n_heads\": %d, \"n_kv_heads\": %d, \"head_dim\": %d, \"intermediate_size\": %d, "
                "\"vocab_size\": %d, \"context_length\": %d, \"tied_embeddings\": %s, "
                "\"has_tokenizer\": %s, \"has_chat_template\": %s, \"unused_tensors\": %d, "
                "\"device\": \"%s\", \"kv_bytes_per_token\": %lld, \"kv_bytes_windowed\": %lld}\n",
-               in.architecture, in.model_type, in.dtype, (long long)in.n_params,
+               in.architecture, in.model_type, sup.family, in.dtype, (long long)in.n_params,
                (long long)in.weight_bytes, in.n_layers, in.n_embd, in.n_heads, in.n_kv_heads,
                in.head_dim, in.n_ff, in.vocab_size, in.context_length,
                in.tied_embeddings ? "true" : "false", in.has_tokenizer ? "true" : "false",
@@ -149,6 +190,7 @@ int tern_cmd_inspect(int argc, char **argv)
                (long long)in.kv_bytes_windowed);
     } else {
         printf("architecture     %s (%s)\n", in.architecture, in.model_type);
+        printf("supported        yes (tern family %s)\n", sup.family);
         printf("parameters       %.3f M\n", (double)in.n_params / 1e6);
         printf("dtype            %s\n", in.dtype);
         printf("weight bytes     %lld (%.2f MB)\n", (long long)in.weight_bytes,

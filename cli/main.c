@@ -19,6 +19,7 @@ static const struct {
     {"generate", tern_cmd_generate, "generate from token ids or a prompt (greedy or sampled)"},
     {"chat", tern_cmd_chat, "an interactive conversation through the chat template"},
     {"logits", tern_cmd_logits, "write all-position logits of a token sequence to .npy"},
+    {"embed", tern_cmd_embed, "the vectors of an embedding model for text inputs"},
     {"bench", tern_cmd_bench, "measure prefill and decode speed"},
     {"tokenize", tern_cmd_tokenize, "text on stdin -> token ids"},
     {"detokenize", tern_cmd_detokenize, "token ids on stdin -> text"},

@@ -132,6 +132,29 @@ struct tern_model_info {
 
 enum tern_status tern_model_get_info(const struct tern_model *model, struct tern_model_info *out);
 
+/* What tern makes of a model without loading it (tern_model_check). */
+struct tern_model_support {
+    char architecture[128]; /* config.json architectures[0] ("" when it has none) */
+    char model_type[64];    /* config.json model_type ("" when it has none) */
+    char family[32];        /* the tern family that plans it ("llama", "gemma4", ...), or "" */
+    bool supported;         /* tern_model_open would load it */
+    /* When not supported: the first feature tern lacks, or the first
+     * inconsistency, as tern_model_open's error names it (the architecture,
+     * a config.json key, or a tensor). */
+    char reason[1024];
+    int32_t n_unused_tensors; /* tensors in the files that the architecture does not use */
+};
+
+/* Checks a Hugging Face snapshot directory or a GGUF file without loading
+ * its weights: config.json is read and every layer planned as
+ * tern_model_open does, and every tensor the plan needs is looked up, with
+ * its dtype and shape, in the safetensors headers (or the GGUF's tensor
+ * table). Returns TERN_OK when the check ran: out->supported says whether
+ * tern runs the model and out->reason why not. Returns an error (and fills
+ * only what it could) when there is no readable config: no such path, no
+ * config.json, a config.json that is not JSON, a file that is not GGUF. */
+enum tern_status tern_model_check(const char *path, struct tern_model_support *out);
+
 /* Describes a GGUF file (llama.cpp's format) from its metadata alone, without
  * loading weights, for `tern inspect`: the architecture and its sizes,
  * tensors counted by type, the tokenizer kind and whether a chat template is
@@ -191,6 +214,52 @@ enum tern_status tern_generate_greedy(struct tern_engine *engine, const int32_t 
  * n_ids * vocab_size floats). */
 enum tern_status tern_logits(struct tern_engine *engine, const int32_t *ids, int32_t n_ids,
                              float *out);
+
+/* ------------------------------------------------------------- embeddings */
+
+/* How an embedding model turns the final hidden states of an input's tokens
+ * (after the final norm: transformers' last_hidden_state) into one vector:
+ * sentence-transformers' Pooling module. */
+enum tern_pooling {
+    TERN_POOLING_NONE = 0, /* in a request: the model's own; in tern_embed_info: none */
+    TERN_POOLING_LAST,     /* the last token's state (pooling_mode_lasttoken: Qwen3-Embedding) */
+    TERN_POOLING_MEAN,     /* the mean over the tokens (pooling_mode_mean_tokens) */
+    TERN_POOLING_CLS       /* the first token's state (pooling_mode_cls_token) */
+};
+
+/* An embedding model as its snapshot describes it: sentence-transformers'
+ * modules.json (the Transformer, Pooling and Normalize modules), the
+ * Pooling module's config.json (e.g. 1_Pooling/config.json) and
+ * config_sentence_transformers.json (prompts). Strings are owned by the
+ * model. */
+struct tern_embed_info {
+    enum tern_pooling pooling;
+    bool normalize;          /* modules.json lists a Normalize module: vectors are L2-normalised */
+    bool include_prompt;     /* false: mean pooling leaves a prompt's tokens out */
+    int32_t dim;             /* vector width (hidden_size) */
+    int32_t n_prompts;       /* named prompts, e.g. "query" -> "Instruct: ...\nQuery:" */
+    const char *const *prompt_names; /* [n_prompts] */
+    const char *const *prompts;      /* [n_prompts] the text put before an input */
+    const char *default_prompt;      /* default_prompt_name, or NULL */
+};
+
+/* TERN_OK with *out filled when the model is an embedding model tern runs;
+ * otherwise TERN_E_UNSUPPORTED with the reason, naming the file ("DIR: no
+ * modules.json: not a sentence-transformers embedding model", "modules.json:
+ * module 2 is sentence_transformers.models.Dense, which tern does not
+ * run", ...). */
+enum tern_status tern_model_embed_info(const struct tern_model *model, struct tern_embed_info *out);
+
+/* Tokenizes one input of an embedding model as sentence-transformers does:
+ * the prompt `prompt_name` (NULL: the model's default prompt, if any; ""
+ * none) before the text, special tokens added (Qwen3-Embedding's tokenizer
+ * appends <|endoftext|>). *ids is new (tern_free_buf); *pool_skip is the
+ * number of leading tokens the prompt takes when the model's include_prompt
+ * is false (0 otherwise): pass it in the request. An unknown prompt name is
+ * TERN_E_INVALID_ARG naming the ones there are. */
+enum tern_status tern_embed_tokenize(const struct tern_model *model, const char *text, size_t len,
+                                     const char *prompt_name, int32_t **ids, size_t *n_ids,
+                                     int32_t *pool_skip);
 
 /* ---------------------------------------------------------------- serving */
 
@@ -303,6 +372,8 @@ struct tern_event {
     int32_t cached_tokens;          /* DONE: prompt tokens served from the prefix cache */
     int32_t completion_tokens;      /* DONE: tokens of this completion */
     int64_t queue_ns, ttft_ns;      /* DONE: time queued, time to first token */
+    const float *embedding;         /* DONE of an embedding request: the vector, */
+    int32_t n_embedding;            /* n_embedding values (0 otherwise) */
 };
 
 /* A submitted request. */
@@ -317,6 +388,24 @@ struct tern_request {
      * KV cache, streaming and detokenization all run as usual). NULL = off. */
     const int32_t *forced_ids;
     int32_t n_forced;
+    /* An embedding request (embed = true): the prompt is prefilled and no
+     * token is generated (sampling, detokenize and forced ids are ignored);
+     * the final DONE event carries the pooled vector (ev.embedding). It
+     * shares steps with every other request. Its KV blocks are freed when
+     * it ends (the full ones stay in the prefix cache; last-token pooling
+     * may start from a cached prefix, mean and CLS pooling compute every
+     * token). A vector does not depend on the other requests in the batch
+     * (bitwise on the CPU; on CUDA in deterministic mode). */
+    bool embed;
+    enum tern_pooling pooling; /* NONE: the model's pooling and normalisation
+                                * (tern_model_embed_info; else TERN_E_UNSUPPORTED
+                                * with the reason); else this pooling on any model */
+    bool normalize;            /* with an explicit pooling: L2-normalise the vector */
+    int32_t dimensions;        /* 0: the full width; else the first `dimensions` values
+                                * (Matryoshka truncation), L2-normalised again when the
+                                * vector is normalised */
+    int32_t pool_skip;         /* mean pooling leaves out the first pool_skip tokens
+                                * (tern_embed_tokenize says how many a prompt takes) */
 };
 
 /* Starts the engine's step loop on its own thread (idempotent). Submitting
@@ -325,7 +414,9 @@ enum tern_status tern_engine_start(struct tern_engine *engine);
 
 /* Queues a request. A prompt + max_tokens that cannot fit the context or the
  * KV pool is rejected here (TERN_E_CAPACITY) with the numbers in the message,
- * never truncated. Thread-safe. */
+ * never truncated; so is an embedding input longer than the context. A
+ * generation request on a model without a language-model head (an
+ * embedding model that ships none) is TERN_E_UNSUPPORTED. Thread-safe. */
 enum tern_status tern_engine_submit(struct tern_engine *engine, const struct tern_request *req,
                                     struct tern_stream **out);
 

@@ -15,11 +15,12 @@
 #                            "preset:fmt[,fmt]", fmt bf16 or q4; default
 #                            "llama-3.1-8b:bf16,q4"): batch-1 decode (prompt 512 + 64
 #                            and 16 + 128), prefill 2048, and GPU_CONC streams (default
-#                            64) of 128 + 128; a table against the floors prints last
+#                            64) of 128 + 128 (GPU_BENCHES="b1 b1s pre conc" picks);
+#                            a table against the floors prints last
 #   scripts/gpu.sh profile   the 4-bit 8B's decode step stamped (TERN_CUDA_STEP_STAMPS,
 #                            summarised by scripts/step-stamps.py)
 #   scripts/gpu.sh all       test, then bench
-# Logs and JSON go to $OUT, packed at the end into $OUT/logs.tar.xz beside
+# Logs and JSON go to $OUT, packed at the end into $OUT/logs-SUITE.tar.xz beside
 # the *.txt summaries (the device tool brings back at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -114,11 +115,15 @@ bench_model() {
       >"$OUT/quantize-$preset.log" 2>&1 || { echo "quantize $preset failed"; return; }
   fi
   cp "$m/config.json" "$OUT/config-$tag.json"
-  local b="cr timeout 240 $C/tern bench --model $m --device cuda --json"
-  $b --prompt-len 512 --gen 64 --reps 3 >"$OUT/b1-$tag.json" 2>"$OUT/b1-$tag.err"
-  $b --prompt-len 16 --gen 128 --reps 3 >"$OUT/b1s-$tag.json" 2>"$OUT/b1s-$tag.err"
-  $b --prompt-len 2048 --gen 16 --reps 3 >"$OUT/pre-$tag.json" 2>"$OUT/pre-$tag.err"
-  $b --concurrency "${GPU_CONC:-64}" --prompt-len 128 --gen 128 >"$OUT/conc-$tag.json" 2>"$OUT/conc-$tag.err"
+  local b="cr timeout 240 $C/tern bench --model $m --device cuda --json" k
+  for k in ${GPU_BENCHES:-b1 b1s pre conc}; do
+    case $k in
+    b1) $b --prompt-len 512 --gen 64 --reps 3 ;;
+    b1s) $b --prompt-len 16 --gen 128 --reps 3 ;;
+    pre) $b --prompt-len 2048 --gen 16 --reps 3 ;;
+    conc) $b --concurrency "${GPU_CONC:-64}" --prompt-len 128 --gen 128 ;;
+    esac >"$OUT/$k-$tag.json" 2>"$OUT/$k-$tag.err"
+  done
   echo "benched $tag"
 }
 
@@ -146,10 +151,10 @@ profile() {
 
 # The device brings back at most 8 files: everything else under $OUT goes
 # into one archive.
-pack() {
-  (cd "$OUT" && find . -maxdepth 1 -type f ! -name logs.tar.xz ! -name '*.txt' -print0 |
-    tar --null -T - -cJf logs.tar.xz && find . -maxdepth 1 -type f ! -name logs.tar.xz \
-    ! -name '*.txt' -delete)
+pack() { # one archive a suite (logs-test.tar.xz, ...), so suites run in turn keep theirs
+  (cd "$OUT" && find . -maxdepth 1 -type f ! -name 'logs-*.tar.xz' ! -name '*.txt' -print0 |
+    tar --null -T - -cJf "logs-$SUITE.tar.xz" && find . -maxdepth 1 -type f \
+    ! -name 'logs-*.tar.xz' ! -name '*.txt' -delete)
 }
 
 case $SUITE in

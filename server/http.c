@@ -57,7 +57,7 @@ static bool is_post_route(enum srv_route r)
 {
     return r == SRV_R_CHAT || r == SRV_R_COMPLETIONS || r == SRV_R_TOKENIZE ||
            r == SRV_R_DETOKENIZE || r == SRV_R_MESSAGES || r == SRV_R_COUNT_TOKENS ||
-           r == SRV_R_RESPONSES;
+           r == SRV_R_RESPONSES || r == SRV_R_EMBEDDINGS;
 }
 
 /* A streaming response's state, owned by the MHD response. */
@@ -205,7 +205,7 @@ static enum srv_route route_of(const char *url, char *rid, size_t cap)
              {"/metrics", SRV_R_METRICS},          {"/tokenize", SRV_R_TOKENIZE},
              {"/detokenize", SRV_R_DETOKENIZE},    {"/v1/messages", SRV_R_MESSAGES},
              {"/v1/messages/count_tokens", SRV_R_COUNT_TOKENS},
-             {"/v1/responses", SRV_R_RESPONSES}};
+             {"/v1/responses", SRV_R_RESPONSES},   {"/v1/embeddings", SRV_R_EMBEDDINGS}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (!strcmp(url, t[i].path)) return t[i].r;
     return SRV_R_OTHER;
@@ -417,6 +417,45 @@ static enum MHD_Result do_generate(struct MHD_Connection *c, struct hreq *h)
     srv_req_free(&req); /* no-op unless create failed before taking it */
     if (!g) return respond_err(c, h, &err);
     return srv_gen_streaming(g) ? start_stream(c, h, g) : finish_blocking(c, h, g);
+}
+
+/* POST /v1/embeddings: every input submitted at once; waits here for the
+ * vectors, watching the socket as a non-streaming generation does. */
+static enum MHD_Result do_embeddings(struct MHD_Connection *c, struct hreq *h)
+{
+    struct srv *s = h->s;
+    struct srv_parse_opts po = {.vocab_size = s->mc.vocab_size, .max_n = 1};
+    struct srv_embed_req req;
+    struct srv_err err;
+    if (!srv_embed_parse(h->body.p ? h->body.p : "", h->body.len, &po, &req, &err))
+        return respond_err(c, h, &err);
+    int now = atomic_fetch_add(&s->inflight, 1) + 1;
+    h->inflight = true; /* on_completed gives it back */
+    if (atomic_load(&s->state) != SRV_READY ||
+        (s->o.max_concurrent > 0 && now > s->o.max_concurrent)) {
+        srv_embed_req_free(&req);
+        if (atomic_load(&s->state) != SRV_READY)
+            srv_err_set(&err, 503, NULL, "the server is shutting down");
+        else
+            srv_err_set(&err, 429, NULL, "the server is at its limit of %d concurrent requests; "
+                        "retry later", s->o.max_concurrent);
+        return respond_err(c, h, &err);
+    }
+    struct srv_embed *x = srv_embed_create(&s->mc, &req, &err);
+    if (!x) return respond_err(c, h, &err);
+    MHD_socket fd = conn_fd(c);
+    while (!srv_embed_pump(x, WAIT_MS)) {
+        if (fd != MHD_INVALID_SOCKET && client_gone(fd)) {
+            srv_embed_destroy(x); /* cancels what is still running */
+            disconnected(s);
+            count(s, h->route, 499);
+            return MHD_NO;
+        }
+    }
+    int http = 500;
+    char *body = srv_embed_result(x, &http);
+    srv_embed_destroy(x);
+    return respond(c, h, http, "application/json", body, NULL, NULL);
 }
 
 /* ---------------------------------------------------------- other routes */
@@ -643,6 +682,7 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, struct hreq *h, const 
     case SRV_R_TOKENIZE: return do_tokenize(c, h);
     case SRV_R_DETOKENIZE: return do_detokenize(c, h);
     case SRV_R_MODELS: return do_models(c, h);
+    case SRV_R_EMBEDDINGS: return do_embeddings(c, h);
     default: return fail(c, h, 404, NULL, "no such route");
     }
 }

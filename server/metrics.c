@@ -44,7 +44,7 @@ const char *srv_route_name(enum srv_route r)
     static const char *names[SRV_R_COUNT] = {
         "/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics",
         "/tokenize", "/detokenize", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
-        "/v1/responses/{id}", "other"};
+        "/v1/responses/{id}", "/v1/embeddings", "other"};
     return r < SRV_R_COUNT ? names[r] : "other";
 }
 

@@ -11,6 +11,9 @@
  *   req_parse.c  chat / completions request JSON -> struct srv_req, validation (pure; fuzzed)
  *   req_messages.c  Anthropic Messages request JSON -> struct srv_req (pure; fuzzed)
  *   req_responses.c OpenAI Responses request JSON -> struct srv_req (pure; fuzzed)
+ *   req_embed.c  OpenAI embeddings request JSON -> struct srv_embed_req (pure; fuzzed)
+ *   embed.c      one embeddings request: every input submitted, the vectors as
+ *                floats or base64
  *   resp_store.c the bounded in-memory store of Responses (previous_response_id)
  *   metrics.c    server counters, histograms, Prometheus text (pure)
  *   gen.c        one generation: submit, read events, run the text pipeline,
@@ -282,6 +285,43 @@ bool srv_messages_parse(const char *body, size_t len, bool count_only, struct sr
 /* OpenAI Responses (req_responses.c): a /v1/responses body. */
 bool srv_responses_parse(const char *body, size_t len, struct srv_req *out, struct srv_err *err);
 
+/* ------------------------------------------------------------- embeddings */
+
+#define SRV_EMBED_MAX_INPUTS 2048
+
+/* An OpenAI embeddings request (req_embed.c): n inputs, each text or ids. */
+struct srv_embed_req {
+    int n, cap;
+    char **texts;    /* [n] text inputs (NULL where the input is ids) */
+    int32_t **ids;   /* [n] token-id inputs (NULL where the input is text) */
+    int32_t *n_ids;  /* [n] */
+    bool base64;     /* encoding_format "base64" */
+    int32_t dimensions; /* 0: the model's width */
+    char *prompt_name;  /* tern's prompt_name, or NULL (the model's default prompt) */
+};
+
+/* Parses a /v1/embeddings body (token ids checked against opts->vocab_size).
+ * True with *out filled (srv_embed_req_free it), or false with *err. */
+bool srv_embed_parse(const char *body, size_t len, const struct srv_parse_opts *opts,
+                     struct srv_embed_req *out, struct srv_err *err);
+void srv_embed_req_free(struct srv_embed_req *r);
+
+struct srv_model_ctx;
+struct srv_embed;
+
+/* Checks the request against the model (an embedding model, dimensions,
+ * prompt, lengths), tokenizes text inputs as sentence-transformers does and
+ * submits every input (embed.c). NULL with *err (400 naming the field).
+ * Takes *req (zeroed). */
+struct srv_embed *srv_embed_create(const struct srv_model_ctx *mc, struct srv_embed_req *req,
+                                   struct srv_err *err);
+/* Reads events for up to timeout_ms; true once every input has its vector. */
+bool srv_embed_pump(struct srv_embed *x, int timeout_ms);
+/* The response body (malloc'd) and its HTTP status, after pump said done. */
+char *srv_embed_result(struct srv_embed *x, int *http);
+/* Cancels what is still running, and frees. */
+void srv_embed_destroy(struct srv_embed *x);
+
 /* ------------------------------------------------------- response store */
 
 /* Stored Responses by id: their response object and the conversation that
@@ -324,6 +364,7 @@ enum srv_route {
     SRV_R_COUNT_TOKENS,
     SRV_R_RESPONSES,
     SRV_R_RESPONSE_ID, /* GET / DELETE /v1/responses/{id} */
+    SRV_R_EMBEDDINGS,
     SRV_R_OTHER,
     SRV_R_COUNT
 };

@@ -38,14 +38,23 @@ import numpy as np
 import torch
 import transformers
 from safetensors.torch import load_file
-from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma2ForCausalLM, Gemma3Config,
-                          Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Gemma3TextConfig,
-                          Gemma4Config, Gemma4ForCausalLM, Gemma4ForConditionalGeneration,
-                          Gemma4TextConfig, Gemma4UnifiedConfig, Gemma4UnifiedForConditionalGeneration,
-                          GemmaConfig, GemmaForCausalLM, GenerationConfig, LlamaConfig, LlamaForCausalLM,
+import subprocess
+import tempfile
+
+from transformers import (AutoModelForCausalLM, Cohere2Config, Cohere2ForCausalLM, CohereConfig,
+                          CohereForCausalLM, Ernie4_5Config, Ernie4_5ForCausalLM, Gemma2Config,
+                          Gemma2ForCausalLM, Gemma3Config, Gemma3ForCausalLM,
+                          Gemma3ForConditionalGeneration, Gemma3TextConfig, Gemma4Config,
+                          Gemma4ForCausalLM, Gemma4ForConditionalGeneration, Gemma4TextConfig,
+                          Gemma4UnifiedConfig, Gemma4UnifiedForConditionalGeneration, GemmaConfig,
+                          GemmaForCausalLM, GenerationConfig, Glm4Config, Glm4ForCausalLM,
+                          GraniteConfig, GraniteForCausalLM, LlamaConfig, LlamaForCausalLM,
                           MistralConfig, MistralForCausalLM, MixtralConfig, MixtralForCausalLM,
-                          Qwen2Config, Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM,
-                          Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
+                          Olmo2Config, Olmo2ForCausalLM, Olmo3Config, Olmo3ForCausalLM, Phi3Config,
+                          Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen2MoeConfig,
+                          Qwen2MoeForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
+                          Qwen3MoeForCausalLM, SeedOssConfig, SeedOssForCausalLM, SmolLM3Config,
+                          SmolLM3ForCausalLM, Starcoder2Config, Starcoder2ForCausalLM)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import oracle_tokenizer  # noqa: E402
@@ -257,6 +266,134 @@ GEMMA_FIXTURES = [
 ]
 
 FIXTURES += GEMMA_FIXTURES
+
+# The rest of the generic tier. Shared sizes: 2-4 layers, hidden 64, 4 heads / 2 kv heads, vocab
+# 192-256, prompts of 16-24 tokens; ids 0 pad, 1 bos, 2 eos. "oracle": "mlx" runs mlx-lm on the
+# CPU instead of transformers (tools/oracle_mlx.py, in the venv $TERN_MLX_PYTHON names; default
+# tools/.venv-mlx/bin/python): MiniCPM has no transformers class, so its weights are made with
+# LlamaForCausalLM (the same tensor names) and its config.json rewritten as MiniCPM's.
+IDS = dict(bos_token_id=1, eos_token_id=2, pad_token_id=0)
+SMALL = dict(vocab_size=256, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+             max_position_embeddings=256, **IDS)
+PHI3_SHORT = [1.0, 1.25, 1.5, 2.0, 2.5, 3.0]
+PHI3_LONG = [1.5, 2.0, 3.0, 5.0, 8.0, 12.0]
+PHI3_SU_SHORT = [1.0, 1.05, 1.1, 1.2, 1.4, 1.6, 2.0, 2.5]
+PHI3_SU_LONG = [2.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0]
+GENERIC_FIXTURES = [
+    {
+        # longrope with the long factors: the prompt alone (20) is past original_max (16), and so
+        # is the test engine's context (256)
+        "name": "tiny-phi3", "arch": (Phi3Config, Phi3ForCausalLM), "dtype": torch.bfloat16,
+        "seed": 13000, "style": "legacy", "prompt_len": 20,
+        "config": dict(SMALL, intermediate_size=96, num_hidden_layers=2, rms_norm_eps=1e-5,
+                       original_max_position_embeddings=16, partial_rotary_factor=0.75,
+                       rope_theta=10000.0, tie_word_embeddings=False,
+                       rope_scaling={"type": "longrope", "short_factor": PHI3_SHORT,
+                                     "long_factor": PHI3_LONG}),
+        # as Phi-3.5 / Phi-4-mini snapshots write it
+        "config_json": {"rope_scaling": {"type": "longrope", "short_factor": PHI3_SHORT,
+                                         "long_factor": PHI3_LONG}},
+    },
+    {
+        # longrope with the short factors (a context of at most original_max, 256: the test
+        # engine's) and a sliding window on every layer
+        "name": "tiny-phi3-short", "arch": (Phi3Config, Phi3ForCausalLM), "dtype": torch.bfloat16,
+        "seed": 13500, "style": "legacy", "prompt_len": 16,
+        "config": dict(SMALL, vocab_size=192, intermediate_size=64, num_hidden_layers=2,
+                       max_position_embeddings=1024, original_max_position_embeddings=256,
+                       rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=10,
+                       tie_word_embeddings=True,
+                       rope_scaling={"type": "longrope", "short_factor": PHI3_SU_SHORT,
+                                     "long_factor": PHI3_SU_LONG}),
+        "config_json": {"rope_scaling": {"type": "longrope", "short_factor": PHI3_SU_SHORT,
+                                         "long_factor": PHI3_SU_LONG}},
+    },
+    {
+        "name": "tiny-olmo2", "arch": (Olmo2Config, Olmo2ForCausalLM), "dtype": torch.bfloat16,
+        "seed": 14000, "style": "legacy", "prompt_len": 18,
+        "config": dict(SMALL, intermediate_size=128, num_hidden_layers=2, rms_norm_eps=1e-6,
+                       rope_theta=10000.0, tie_word_embeddings=False),
+    },
+    {
+        "name": "tiny-olmo3", "arch": (Olmo3Config, Olmo3ForCausalLM), "dtype": torch.bfloat16,
+        "seed": 15000, "style": "v5", "prompt_len": 24,
+        "config": dict(SMALL, intermediate_size=96, num_hidden_layers=4, rms_norm_eps=1e-6,
+                       sliding_window=8, layer_types=[S, S, S, F], tie_word_embeddings=False,
+                       rope_parameters={F: {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0},
+                                        S: {"rope_type": "default", "rope_theta": 500000.0}}),
+    },
+    {
+        # partial_rotary_factor absent: GLM 4's default 0.5 (12 of head_dim 24, interleaved pairs)
+        "name": "tiny-glm4", "arch": (Glm4Config, Glm4ForCausalLM), "dtype": torch.bfloat16,
+        "seed": 16000, "style": "legacy", "prompt_len": 18,
+        "config": dict(SMALL, intermediate_size=96, num_hidden_layers=2, head_dim=24,
+                       rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False),
+        "config_json": {"partial_rotary_factor": None},
+    },
+    {
+        "name": "tiny-granite", "arch": (GraniteConfig, GraniteForCausalLM), "dtype": torch.bfloat16,
+        "seed": 17000, "style": "legacy", "prompt_len": 18, "embed_std": 0.1,
+        "config": dict(SMALL, intermediate_size=128, num_hidden_layers=2, rms_norm_eps=1e-6,
+                       rope_theta=10000.0, tie_word_embeddings=False, embedding_multiplier=4.0,
+                       residual_multiplier=0.5, attention_multiplier=0.125, logits_scaling=2.0),
+    },
+    {
+        "name": "tiny-starcoder2", "arch": (Starcoder2Config, Starcoder2ForCausalLM),
+        "dtype": torch.bfloat16, "seed": 18000, "style": "legacy", "prompt_len": 20,
+        "config": dict(SMALL, intermediate_size=128, num_hidden_layers=2, norm_epsilon=1e-5,
+                       rope_theta=10000.0, sliding_window=8, use_bias=True,
+                       hidden_act="gelu_pytorch_tanh", tie_word_embeddings=True),
+    },
+    {
+        # layer 3 (no_rope_layer_interval 4) has no rope
+        "name": "tiny-smollm3", "arch": (SmolLM3Config, SmolLM3ForCausalLM), "dtype": torch.bfloat16,
+        "seed": 19000, "style": "legacy", "prompt_len": 18,
+        "config": dict(SMALL, vocab_size=192, intermediate_size=96, num_hidden_layers=4,
+                       rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True),
+    },
+    {
+        "name": "tiny-cohere", "arch": (CohereConfig, CohereForCausalLM), "dtype": torch.bfloat16,
+        "seed": 20000, "style": "legacy", "prompt_len": 18,
+        "config": dict(SMALL, intermediate_size=96, num_hidden_layers=2, layer_norm_eps=1e-5,
+                       rope_theta=10000.0, logit_scale=0.25, tie_word_embeddings=True),
+    },
+    {
+        # published Command R7B layout: no layer_types, sliding_window_pattern 4 (layer 3 full,
+        # without rope)
+        "name": "tiny-cohere2", "arch": (Cohere2Config, Cohere2ForCausalLM), "dtype": torch.bfloat16,
+        "seed": 21000, "style": "legacy", "prompt_len": 24,
+        "config": dict(SMALL, vocab_size=192, intermediate_size=96, num_hidden_layers=4,
+                       layer_norm_eps=1e-5, rope_theta=50000.0, logit_scale=0.5, sliding_window=8,
+                       tie_word_embeddings=True),
+        "config_json": {"layer_types": None, "sliding_window_pattern": 4},
+    },
+    {
+        "name": "tiny-seed-oss", "arch": (SeedOssConfig, SeedOssForCausalLM), "dtype": torch.bfloat16,
+        "seed": 22000, "style": "legacy", "prompt_len": 16,
+        "config": dict(SMALL, intermediate_size=96, num_hidden_layers=2, head_dim=24,
+                       rms_norm_eps=1e-6, rope_theta=10000.0, attention_bias=True,
+                       attention_out_bias=True, mlp_bias=False, tie_word_embeddings=False),
+    },
+    {
+        "name": "tiny-ernie4_5", "arch": (Ernie4_5Config, Ernie4_5ForCausalLM), "dtype": torch.bfloat16,
+        "seed": 23000, "style": "legacy", "prompt_len": 16,
+        "config": dict(SMALL, intermediate_size=96, num_hidden_layers=2, head_dim=16,
+                       rms_norm_eps=1e-5, rope_theta=10000.0, use_bias=True, tie_word_embeddings=True),
+    },
+    {
+        # mlx-lm's minicpm: embeddings times scale_emb, each block's output times
+        # scale_depth / sqrt(layers), logits divided by hidden / dim_model_base (untied: mlx-lm
+        # leaves the division out when the head is tied)
+        "name": "tiny-minicpm", "arch": (LlamaConfig, LlamaForCausalLM), "dtype": torch.bfloat16,
+        "seed": 24000, "style": "legacy", "prompt_len": 16, "oracle": "mlx", "embed_std": 0.05,
+        "config": dict(SMALL, intermediate_size=96, num_hidden_layers=2, rms_norm_eps=1e-5,
+                       rope_theta=10000.0, tie_word_embeddings=False),
+        "config_json": {"architectures": ["MiniCPMForCausalLM"], "model_type": "minicpm",
+                        "scale_emb": 12.0, "scale_depth": 1.4, "dim_model_base": 16},
+    },
+]
+
+FIXTURES += GENERIC_FIXTURES
 
 # Mixtures of experts. transformers 5 saves the Qwen and Mixtral experts one tensor per expert
 # (mlp.experts.{e}.gate_proj ..., block_sparse_moe.experts.{e}.w1 ...) and Gemma 4's fused
@@ -543,6 +680,23 @@ def router_gap(model, ids):
     return min(gaps) if gaps else None
 
 
+def sequence_problem(logits, greedy, greedy_logits, stats):
+    """The oracle-independent checks of a greedy sequence (fills stats); a problem or None."""
+    top2 = np.sort(greedy_logits, -1)[:, -2:]
+    rel_gap = (top2[:, 1] - top2[:, 0]) / np.abs(greedy_logits).max(-1)
+    stats["min_rel_top2_gap"] = float(rel_gap.min())
+    stats["n_distinct_greedy"] = int(len(set(greedy.tolist())))
+    stats["max_abs_logit"] = float(np.abs(logits).max())
+    runs = np.diff(np.flatnonzero(np.diff(np.r_[-1, greedy, -1]) != 0))
+    stats["longest_repeat"] = int(runs.max())
+    if (stats["n_distinct_greedy"] < MIN_DISTINCT or stats["longest_repeat"] > MAX_REPEAT
+            or len(set(greedy[-12:].tolist())) < 4):
+        return "greedy sequence is too repetitive", stats
+    if stats["min_rel_top2_gap"] < MIN_REL_GAP:
+        return "a greedy step has a razor-thin top-2 gap", stats
+    return None, stats
+
+
 def check(model_dir, model, prompt, logits, greedy, greedy_logits):
     """Returns (problem or None, stats). Accepts only sequences robust to bf16-vs-f32 differences."""
     stats = {}
@@ -562,18 +716,9 @@ def check(model_dir, model, prompt, logits, greedy, greedy_logits):
         stats["min_router_gap"] = gap
         if gap < MIN_ROUTER_GAP:
             return "a token's k-th and (k+1)-th experts are razor-close", stats
-    top2 = np.sort(greedy_logits, -1)[:, -2:]
-    rel_gap = (top2[:, 1] - top2[:, 0]) / np.abs(greedy_logits).max(-1)
-    stats["min_rel_top2_gap"] = float(rel_gap.min())
-    stats["n_distinct_greedy"] = int(len(set(greedy.tolist())))
-    stats["max_abs_logit"] = float(np.abs(logits).max())
-    runs = np.diff(np.flatnonzero(np.diff(np.r_[-1, greedy, -1]) != 0))
-    stats["longest_repeat"] = int(runs.max())
-    if (stats["n_distinct_greedy"] < MIN_DISTINCT or stats["longest_repeat"] > MAX_REPEAT
-            or len(set(greedy[-12:].tolist())) < 4):
-        return "greedy sequence is too repetitive", stats
-    if stats["min_rel_top2_gap"] < MIN_REL_GAP:
-        return "a greedy step has a razor-thin top-2 gap", stats
+    problem, stats = sequence_problem(logits, greedy, greedy_logits, stats)
+    if problem:
+        return problem, stats
     # bf16 compute (what a fast backend does) must pick the same tokens, teacher-forced.
     bf16 = load(model_dir, torch.bfloat16)
     with torch.no_grad():
@@ -584,6 +729,38 @@ def check(model_dir, model, prompt, logits, greedy, greedy_logits):
     if gap is not None and stats["bf16_max_rel_err"] > MAX_MOE_BF16_ERR:
         return "bf16 compute routes tokens to other experts", stats
     return None, stats
+
+
+MLX_PYTHON = os.environ.get("TERN_MLX_PYTHON", os.path.join(ROOT, "tools", ".venv-mlx", "bin", "python"))
+
+
+def run_mlx_oracle(model_dir, prompt):
+    """mlx-lm in its own venv (tools/oracle_mlx.py): (logits, greedy, greedy_logits, its stats)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        pp = os.path.join(tmp, "prompt.npy")
+        np.save(pp, prompt.astype(np.int32))
+        subprocess.run([MLX_PYTHON, os.path.join(ROOT, "tools", "oracle_mlx.py"), model_dir, pp, tmp,
+                        str(N_GREEDY)], check=True)
+        out = [np.load(os.path.join(tmp, n + ".npy")) for n in ("logits", "greedy", "greedy_logits")]
+        with open(os.path.join(tmp, "stats.json")) as f:
+            stats = json.load(f)
+    return out[0], out[1], out[2], stats
+
+
+def check_mlx(logits, greedy, greedy_logits, oracle_stats):
+    """check() for the mlx-lm oracle, from the numbers tools/oracle_mlx.py measured."""
+    stats = {"decode_vs_full_max_abs": oracle_stats["decode_vs_full_max_abs"],
+             "bf16_max_rel_err": oracle_stats["bf16_max_rel_err"]}
+    if not np.array_equal(greedy_logits.argmax(-1), greedy):
+        return "greedy tokens are not the argmax of their logits", stats
+    if stats["decode_vs_full_max_abs"] > 1e-4 * max(1.0, oracle_stats["decode_vs_full_max_ref"]):
+        return "cached decode and full forward disagree", stats
+    if not np.allclose(logits[-1], greedy_logits[0], atol=1e-5):
+        return "prompt forward and first decode step disagree", stats
+    problem, stats = sequence_problem(logits, greedy, greedy_logits, stats)
+    if problem is None and not oracle_stats["bf16_same_greedy"]:
+        problem = "bf16 compute picks different greedy tokens"
+    return problem, stats
 
 
 def rope_meta(model):
@@ -610,10 +787,12 @@ def write_golden(model_dir, spec, seed, model, prompt, logits, greedy, greedy_lo
     np.save(os.path.join(gdir, "logits.npy"), logits.astype(np.float32))
     np.save(os.path.join(gdir, "greedy.npy"), greedy.astype(np.int32))
     np.save(os.path.join(gdir, "greedy_logits.npy"), greedy_logits.astype(np.float32))
+    mlx = spec.get("oracle") == "mlx"
     meta = {
         "fixture": spec["name"],
         "command": "tools/setup-oracle.sh && tools/.venv/bin/python tools/make_fixtures.py",
-        "oracle": "transformers float32, attn_implementation=eager, weights loaded from this snapshot",
+        "oracle": ("mlx-lm on the MLX CPU device (tools/oracle_mlx.py), float32" if mlx else
+                   "transformers float32, attn_implementation=eager, weights loaded from this snapshot"),
         "stored_dtype": str(spec["dtype"]).replace("torch.", ""),
         "seed": seed,
         "n_prompt": int(len(prompt)),
@@ -621,10 +800,13 @@ def write_golden(model_dir, spec, seed, model, prompt, logits, greedy, greedy_lo
         "greedy_note": "EOS ignored; greedy_logits[i] are the logits that chose greedy[i]; "
                        "greedy_logits[0] == logits[-1]",
         "checks": stats,
-        "rope": rope_meta(model),
-        "versions": {"transformers": transformers.__version__, "torch": torch.__version__,
-                     "numpy": np.__version__},
     }
+    if mlx:
+        meta["versions"] = dict(model, weights_made_by="transformers " + transformers.__version__)
+    else:
+        meta["rope"] = rope_meta(model)
+        meta["versions"] = {"transformers": transformers.__version__, "torch": torch.__version__,
+                            "numpy": np.__version__}
     if spec.get("tokenizer"):
         import tokenizers
         meta["versions"]["tokenizers"] = tokenizers.__version__
@@ -655,6 +837,16 @@ def make_fixture(spec):
         seed = spec["seed"] + attempt
         config, mem_model = save_snapshot(spec, model_dir, seed, tokenizer_ids)
         prompt = make_prompt(spec, model_dir, config, seed)
+        if spec.get("oracle") == "mlx":
+            logits, greedy, greedy_logits, ostats = run_mlx_oracle(model_dir, prompt)
+            problem, stats = check_mlx(logits, greedy, greedy_logits, ostats)
+            if problem is None:
+                write_golden(model_dir, spec, seed, ostats["versions"], prompt, logits, greedy,
+                             greedy_logits, stats)
+                print(f"{spec['name']}: seed {seed}, prompt {len(prompt)}, greedy {greedy.tolist()}, {stats}")
+                return
+            print(f"{spec['name']}: seed {seed} rejected: {problem} {stats}")
+            continue
         model, logits, greedy, greedy_logits = run_oracle(model_dir, prompt)
         diff = snapshot_vs_memory(mem_model, prompt, logits)
         if diff > 1e-6 * np.abs(logits).max():

@@ -13,10 +13,12 @@ Used for speed benchmarks where downloading the real weights is not possible
 
 Weights: every matrix is N(0, 0.02^2) (torch.randn on the device, then
 BF16), norm weights are ones. Needs torch and safetensors; transformers is
-used, when present, to check the config parses as the published model type,
-and `--check-only` compares every tensor name and shape with transformers'
-own model built on the meta device (experts: Qwen3-MoE's one tensor per
-expert, as published; Gemma 4's fused [N, 2I, E] / [N, E, I]).
+used, when present, to check the preset: its config must parse as the
+published model type, and the model transformers builds from it on the meta
+device (no memory) must have exactly the tensor names and shapes written
+here (`--check` does only that, for one preset or `all`). Experts: Qwen3-MoE's are
+written one tensor per expert, as published, and fused for the comparison
+(transformers 5 holds [N, 2I, E] / [N, E, I]); Gemma 4's are fused as saved.
 """
 import argparse
 import json
@@ -332,9 +334,39 @@ QWEN3_30B_A3B = {
     "vocab_size": 151936,
 }
 
+PHI_3_MINI = {
+    # microsoft/Phi-3-mini-4k-instruct config.json: 3.8 B, MHA, q|k|v and gate|up stored fused
+    "architectures": ["Phi3ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 1,
+    "embd_pdrop": 0.0,
+    "eos_token_id": 32000,
+    "hidden_act": "silu",
+    "hidden_size": 3072,
+    "initializer_range": 0.02,
+    "intermediate_size": 8192,
+    "max_position_embeddings": 4096,
+    "model_type": "phi3",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 32,
+    "original_max_position_embeddings": 4096,
+    "pad_token_id": 32000,
+    "resid_pdrop": 0.0,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": None,
+    "rope_theta": 10000.0,
+    "sliding_window": 2047,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+    "vocab_size": 32064,
+}
+
 PRESETS.update({"gemma-3-12b": GEMMA3_12B_TEXT, "gemma-4-e4b": GEMMA4_E4B,
-                "gemma-4-12b": GEMMA4_12B, "gemma-4-26b-a4b": GEMMA4_26B_A4B,
-                "qwen3-30b-a3b": QWEN3_30B_A3B})
+                "gemma-4-12b": GEMMA4_12B, "phi-3-mini": PHI_3_MINI,
+                "gemma-4-26b-a4b": GEMMA4_26B_A4B, "qwen3-30b-a3b": QWEN3_30B_A3B})
 
 
 def gemma_layer_shapes(c, i, p):
@@ -395,6 +427,7 @@ def tensor_shapes(c):
     hd = c.get("head_dim") or E // H
     qk_norm = c["model_type"] in ("qwen3", "qwen3_moe")
     gemma = c["model_type"] in ("gemma3_text", "gemma4_text")
+    fused = c["model_type"] == "phi3"  # qkv_proj, gate_up_proj
     out = [("model.embed_tokens.weight", (V, E))]
     P = c.get("hidden_size_per_layer_input") if c["model_type"] == "gemma4_text" else None
     if P:
@@ -407,13 +440,14 @@ def tensor_shapes(c):
         if gemma:
             out += gemma_layer_shapes(c, i, p)
             continue
-        out += [
-            (p + "input_layernorm.weight", (E,)),
-            (p + "self_attn.q_proj.weight", (H * hd, E)),
-            (p + "self_attn.k_proj.weight", (KV * hd, E)),
-            (p + "self_attn.v_proj.weight", (KV * hd, E)),
-            (p + "self_attn.o_proj.weight", (E, H * hd)),
-        ]
+        out.append((p + "input_layernorm.weight", (E,)))
+        if fused:
+            out.append((p + "self_attn.qkv_proj.weight", ((H + 2 * KV) * hd, E)))
+        else:
+            out += [(p + "self_attn.q_proj.weight", (H * hd, E)),
+                    (p + "self_attn.k_proj.weight", (KV * hd, E)),
+                    (p + "self_attn.v_proj.weight", (KV * hd, E))]
+        out.append((p + "self_attn.o_proj.weight", (E, H * hd)))
         if qk_norm:
             out += [(p + "self_attn.q_norm.weight", (hd,)), (p + "self_attn.k_norm.weight", (hd,))]
         out.append((p + "post_attention_layernorm.weight", (E,)))
@@ -425,11 +459,11 @@ def tensor_shapes(c):
                 out += [(q + "gate_proj.weight", (I, E)), (q + "up_proj.weight", (I, E)),
                         (q + "down_proj.weight", (E, I))]
             continue
-        out += [
-            (p + "mlp.gate_proj.weight", (F, E)),
-            (p + "mlp.up_proj.weight", (F, E)),
-            (p + "mlp.down_proj.weight", (E, F)),
-        ]
+        if fused:
+            out.append((p + "mlp.gate_up_proj.weight", (2 * F, E)))
+        else:
+            out += [(p + "mlp.gate_proj.weight", (F, E)), (p + "mlp.up_proj.weight", (F, E))]
+        out.append((p + "mlp.down_proj.weight", (E, F)))
     out.append(("model.norm.weight", (E,)))
     if not c.get("tie_word_embeddings"):
         out.append(("lm_head.weight", (V, E)))
@@ -453,9 +487,30 @@ def plan_shards(shapes):
     return shards
 
 
+def fuse_experts(shapes):
+    """name -> shape, with one-tensor-per-expert tensors (mlp.experts.{e}.gate_proj ...) as the
+    fused [N, 2I, E] gate_up_proj and [N, E, I] down_proj transformers 5 holds."""
+    have, experts = {}, {}
+    for name, shape in shapes:
+        parts = name.split(".")
+        if "experts" in parts and parts[parts.index("experts") + 1].isdigit():
+            k = parts.index("experts")
+            experts.setdefault(".".join(parts[:k + 1]), {}).setdefault(parts[k + 2], []).append(shape)
+        else:
+            have[name] = tuple(shape)
+    for key, by in experts.items():
+        (i, e), n = by["gate_proj"][0], len(by["gate_proj"])
+        have[key + ".gate_up_proj"] = (n, 2 * i, e)
+        have[key + ".down_proj"] = (n,) + tuple(by["down_proj"][0])
+    return have
+
+
 def check_config(c):
+    """The preset against transformers: its config parses as the model type, and the model
+    transformers builds from it on the meta device has the tensors tensor_shapes() writes."""
     try:
-        from transformers import AutoConfig
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
     except ImportError:
         return
     try:
@@ -465,64 +520,42 @@ def check_config(c):
         return
     cfg = cfg.get_text_config()
     assert cfg.hidden_size == c["hidden_size"], "transformers read a different hidden_size"
-
-
-def check_tensors(c, shapes):
-    """The preset's tensor names and shapes against transformers' own model for its config,
-    built on the meta device (no memory); transformers 5 holds experts fused ([N, 2 I, E] and
-    [N, E, I]), so per-expert tensors are fused here first. Raises on any difference."""
-    try:
-        import torch
-        from transformers import AutoConfig, AutoModelForCausalLM
-        cfg = AutoConfig.for_model(**c)
-    except (ImportError, ValueError, KeyError) as e:
-        print(f"make_model: transformers cannot check {c['model_type']}: {e}", file=sys.stderr)
-        return
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg)
     want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     if c.get("tie_word_embeddings"):
         want.pop("lm_head.weight", None)
-    got, experts = {}, {}
-    for name, shape in shapes:
-        parts = name.split(".")
-        if "experts" in parts and parts[parts.index("experts") + 1].isdigit():
-            k = parts.index("experts")
-            key = ".".join(parts[:k + 1])
-            experts.setdefault(key, {}).setdefault(parts[k + 2], []).append(shape)
-            continue
-        got[name] = tuple(shape)
-    for key, by in experts.items():
-        (I, E), n = by["gate_proj"][0], len(by["gate_proj"])
-        got[key + ".gate_up_proj"] = (n, 2 * I, E)
-        got[key + ".down_proj"] = (n,) + tuple(by["down_proj"][0])
-    if got != want:
-        diff = sorted(set(got.items()) ^ set(want.items()))[:8]
-        raise SystemExit(f"make_model: tensors differ from transformers': {diff}")
-    print(f"make_model: {len(shapes)} tensors match transformers' {cfg.model_type}",
-          file=sys.stderr)
+    have = fuse_experts(tensor_shapes(c))
+    diff = sorted(k for k in set(want) | set(have) if want.get(k) != have.get(k))
+    if diff:
+        raise SystemExit(f"make_model: {c['model_type']} tensors differ from transformers' model: "
+                         + ", ".join(f"{k} {have.get(k)} vs {want.get(k)}" for k in diff[:8]))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--preset", required=True, choices=sorted(PRESETS))
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--preset", required=True, choices=sorted(PRESETS) + ["all"])
+    ap.add_argument("--out")
+    ap.add_argument("--check", action="store_true",
+                    help="only check the preset(s) against transformers; write nothing")
     ap.add_argument("--tokenizer-dir", help="copy tokenizer.json / tokenizer_config.json from here")
     ap.add_argument("--device", default=None, help="torch device for randn (default: cuda if present)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--std", type=float, default=0.02)
-    ap.add_argument("--check-only", action="store_true",
-                    help="check the tensors against transformers and write nothing")
     a = ap.parse_args()
 
     import torch
     from safetensors.torch import save_file
 
+    if a.check:
+        for name in sorted(PRESETS) if a.preset == "all" else [a.preset]:
+            check_config(PRESETS[name])
+            print(f"{name}: config and {len(tensor_shapes(PRESETS[name]))} tensors match transformers")
+        return
+    if not a.out or a.preset == "all":
+        ap.error("--out and one --preset are needed to write a model")
     c = PRESETS[a.preset]
     check_config(c)
-    if a.check_only:
-        check_tensors(c, tensor_shapes(c))
-        return
     dev = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "config.json"), "w") as f:

@@ -69,6 +69,8 @@ RECIPES = [
     ("llama-mixed", "tiny-llama", 4, 64, MIXED),
     ("gemma3-q4g32", "tiny-gemma3", 4, 32, None),
     ("gemma4-q4g32", "tiny-gemma4", 4, 32, None),
+    ("phi3-q4g32", "tiny-phi3", 4, 32, None),      # qkv_proj and gate_up_proj quantized as one
+    ("cohere-q8g32", "tiny-cohere", 8, 32, None),  # LayerNorms, the parallel block, logit_scale
     # mlx-lm stacks the experts (switch_mlp, each expert quantized on its own rows) and its
     # qwen3_moe quant_predicate keeps the routers (mlp.gate) at 8 bits, group 64
     ("qwen3moe-q4g32", "tiny-qwen3-moe", 4, 32, None),

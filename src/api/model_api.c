@@ -1,11 +1,12 @@
 /*
  * model_api.c — tern_model_* of the public API: opening a model (a Hugging
  * Face snapshot directory: config.json, generation_config.json, safetensors,
- * tokenizer, chat template; or a GGUF file: the config its metadata stands
- * for, its tensors, the tokenizer and chat template in its metadata) and
- * describing it.
+ * tokenizer, chat template, sentence-transformers pooling files; or a GGUF
+ * file: the config its metadata stands for, its tensors, the tokenizer and
+ * chat template in its metadata) and describing it.
  */
 #include "api/api.h"
+#include "model/arch.h"
 #include "text/tok_gguf.h"
 
 #include <stdio.h>
@@ -125,9 +126,50 @@ enum tern_status tern_model_open(const char *dir, const struct tern_model_params
     if ((st = tern_model_core_load(&m->ws, &m->cfg, &bp, p.progress, &m->core)) != TERN_OK)
         goto fail;
     if ((st = gguf ? open_text_gguf(m) : open_text(m)) != TERN_OK) goto fail;
+    if (!gguf && (st = tern_embed_cfg_load(m->dir, m->core.hp.hidden_size, &m->embed)) != TERN_OK)
+        goto fail;
+    if (gguf && !(m->embed.reason = tern_strdup("a GGUF file carries no sentence-transformers "
+                                                "pooling config"))) {
+        st = TERN_E_NO_MEMORY;
+        goto fail;
+    }
     *out = m;
     return TERN_OK;
 fail:
+    tern_model_close(m);
+    return st;
+}
+
+static void copy_str(char *dst, size_t cap, const char *src)
+{
+    snprintf(dst, cap, "%s", src ? src : "");
+}
+
+enum tern_status tern_model_check(const char *path, struct tern_model_support *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!path || !*path) return tern_error(TERN_E_INVALID_ARG, "model path: empty");
+    struct tern_model *m = tern_calloc(1, sizeof *m);
+    if (!m) return TERN_E_NO_MEMORY;
+    enum tern_status st = TERN_OK;
+    if (!(m->dir = tern_strdup(path))) st = TERN_E_NO_MEMORY;
+    bool gguf = is_regular_file(path);
+    if (st == TERN_OK && gguf && !is_gguf(path))
+        st = tern_error(TERN_E_FORMAT, "%s: a file that is not GGUF (tern opens a Hugging Face "
+                        "snapshot directory or a .gguf file)", path);
+    if (st == TERN_OK) st = gguf ? open_gguf(m) : open_snapshot(m);
+    if (st == TERN_OK) {
+        const json_t *a = json_object_get(m->cfg.root, "architectures");
+        const json_t *mt = json_object_get(m->cfg.root, "model_type");
+        copy_str(out->architecture, sizeof out->architecture,
+                 json_string_value(json_is_array(a) ? json_array_get(a, 0) : NULL));
+        copy_str(out->model_type, sizeof out->model_type, json_string_value(mt));
+        enum tern_status cst = tern_model_core_check(&m->ws, &m->cfg, &m->core);
+        out->supported = cst == TERN_OK;
+        if (!out->supported) copy_str(out->reason, sizeof out->reason, tern_last_error());
+        if (m->core.arch) copy_str(out->family, sizeof out->family, m->core.arch->family->name);
+        out->n_unused_tensors = m->core.w.n_unused;
+    }
     tern_model_close(m);
     return st;
 }
@@ -143,6 +185,7 @@ void tern_model_close(struct tern_model *m)
     if (m->has_gen_cfg) tern_json_doc_deinit(&m->gen_cfg);
     tern_tokenizer_close(m->tok);
     tern_chat_template_destroy(m->tmpl);
+    tern_embed_cfg_free(&m->embed);
     tern_free(m->dir);
     tern_free(m);
 }

@@ -300,9 +300,17 @@ struct tern_backend_ops {
     enum tern_status (*rope)(struct tern_backend *be, struct tern_dtensor *x, int64_t x_col,
                              int32_t n_heads, const struct tern_dtensor *positions,
                              const struct tern_rope *rope);
+    /* out = (x - mean(x)) / sqrt(var(x) + eps) * w + b over the last dim of
+     * x (LayerNorm; var the mean of squared deviations, float32), with
+     * rmsnorm's shapes and dtypes; w: [dim] or NULL (no weight), b: [dim]
+     * or NULL (no bias). */
+    enum tern_status (*layernorm)(struct tern_backend *be, const struct tern_dtensor *x,
+                                  const struct tern_dtensor *w, const struct tern_dtensor *b,
+                                  float eps, struct tern_dtensor *out);
     /* Per-head RMSNorm of n_heads heads starting at column x_col of x [T,
      * width], in place; w: [head_dim] (Qwen3 q_norm/k_norm), or NULL for a
-     * norm without weight (Gemma 4's v_norm). */
+     * norm without weight (Gemma 4's v_norm). One head as wide as all of
+     * them is the full-width q/k norm of OLMo 2 (w: [n_heads * head_dim]). */
     enum tern_status (*head_rmsnorm)(struct tern_backend *be, struct tern_dtensor *x,
                                      int64_t x_col, int32_t n_heads, int32_t head_dim,
                                      const struct tern_dtensor *w, float eps);
@@ -363,7 +371,8 @@ struct tern_backend_ops {
      * width: a gated activation whose two operands are column windows of
      * any [T, width] tensors of the activation dtype (or F32: y may be F32
      * with x and out of the activation dtype). GeGLU over a gate_up buffer
-     * is x = y = gate_up, x_col 0, y_col ff. */
+     * is x = y = gate_up, x_col 0, y_col ff. y == NULL: out = act(x), the
+     * activation alone (a non-gated MLP). */
     enum tern_status (*act_mul)(struct tern_backend *be, const struct tern_dtensor *x,
                                 int64_t x_col, const struct tern_dtensor *y, int64_t y_col,
                                 enum tern_glu_act act, struct tern_dtensor *out);

@@ -87,7 +87,7 @@ enum tern_status tern_engine_create(struct tern_model *model, const struct tern_
     if (st == TERN_OK) st = tern_kv_cache_init(m, e->n_blocks, p.block_size, &e->kv);
     if (st == TERN_OK)
         st = tern_fwd_init(m, p.max_batch_tokens, p.max_seqs, e->max_blocks_per_seq,
-                           e->max_logits, p.block_size, &e->fwd);
+                           e->max_logits, p.block_size, e->max_context, &e->fwd);
     if (st == TERN_OK) {
         const char *g = getenv("TERN_CUDA_GRAPHS");
         if (g && strcmp(g, "0") == 0) e->fwd.use_graphs = false;
@@ -135,6 +135,7 @@ void tern_engine_destroy(struct tern_engine *e)
     }
     tern_sampler_destroy(e->sampler);
     tern_engine_gsample_deinit(e);
+    tern_engine_embed_deinit(e);
     tern_sched_destroy(e->sched);
     tern_fwd_deinit(m, &e->fwd);
     tern_kv_cache_deinit(m, &e->kv);

@@ -73,6 +73,8 @@ struct tern_engine {
     uint64_t seed_counter;
     bool locks_ready;
     struct tern_engine_stats stats; /* counters (running/waiting/kv read at get_stats) */
+    /* embeddings (embed.c): final hidden rows downloaded for pooling */
+    float *emb_rows;    /* [EMB_ROWS, hidden], made at the first embedding step */
 };
 
 enum tern_status tern_engine_host_batch_init(struct tern_engine *e);
@@ -83,5 +85,22 @@ void tern_engine_gsample_deinit(struct tern_engine *e);
 void tern_engine_stop_loop(struct tern_engine *e);
 /* Runs one forward of a solo sequence over blocks taken from the pool. */
 enum tern_status tern_engine_check_ids(struct tern_engine *e, const int32_t *ids, int32_t n);
+
+/* Embedding requests (embed.c). */
+struct tern_stream;
+struct tern_sched_out;
+/* Validates an embedding request at submit (ids, length, pooling, dimensions). */
+enum tern_status tern_engine_embed_check(struct tern_engine *e, const struct tern_request *r);
+/* Sets an embedding stream's settings from its request (after the check). */
+enum tern_status tern_engine_embed_init(struct tern_engine *e, struct tern_stream *s,
+                                        const struct tern_request *r);
+/* Whether the planned step has an embedding entry (the forward then wants
+ * the final hidden rows). */
+bool tern_engine_embed_any(const struct tern_sched_out *out);
+/* After the forward: pools each embedding entry's rows of f->h. */
+enum tern_status tern_engine_embed_pool(struct tern_engine *e, const struct tern_sched_out *out);
+/* At the end of an embedding request: makes its vector and puts it in ev. */
+void tern_engine_embed_finish(struct tern_engine *e, struct tern_stream *s, struct tern_event *ev);
+void tern_engine_embed_deinit(struct tern_engine *e);
 
 #endif

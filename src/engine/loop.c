@@ -57,7 +57,8 @@ static void drain(struct tern_engine *e)
             finish_unsubmitted(e, s, TERN_FINISH_CANCELLED, TERN_E_CANCELLED, NULL);
         } else {
             struct tern_sched_request rq = {s->prompt,   s->n_prompt,     s->sp.max_tokens,
-                                            s->sp.n,     s->stop_ids,     s->sp.n_stop_ids, s};
+                                            s->sp.n,     s->stop_ids,     s->sp.n_stop_ids, s,
+                                            s->embed && s->pooling != TERN_POOLING_LAST};
             enum tern_status st = tern_sched_submit(e->sched, &rq, &s->req_id);
             if (st != TERN_OK) {
                 e->stats.requests_rejected++;
@@ -113,6 +114,8 @@ static void report_finished(struct tern_engine *e, const struct tern_sched_out *
         size_t tail_len = 0;
         if (s->detok && d->reason != TERN_SCHED_FINISH_CANCELLED)
             tern_detok_stream_flush(s->detok[d->seq_idx], &tail, &tail_len);
+        if (s->embed && d->reason != TERN_SCHED_FINISH_CANCELLED)
+            tern_engine_embed_finish(e, s, &ev);
         pthread_mutex_lock(&e->mu);
         if (d->reason == TERN_SCHED_FINISH_CANCELLED) e->stats.requests_cancelled += d->req_done;
         else e->stats.requests_finished += d->req_done;
@@ -497,8 +500,11 @@ static bool step(struct tern_engine *e, struct tern_sample_result *res)
     tern_sched_build_batch(e->sched, &st, &batch);
     pad_decode(e, &batch);
     enum tern_status s = do_copies(e, out);
+    e->fwd.want_hidden = tern_engine_embed_any(out); /* embeddings pool the final rows */
     if (s == TERN_OK) s = tern_model_forward_graph(&e->model->core, &e->fwd, &e->kv, &batch, NULL);
     if (s == TERN_OK && out->n_samples) s = sample_rows(e, out, res);
+    if (s == TERN_OK && e->fwd.want_hidden) s = tern_engine_embed_pool(e, out);
+    e->fwd.want_hidden = false;
     if (s != TERN_OK) {
         /* A device failure mid-step: fail every request in this step. */
         tern_log(TERN_LOG_ERROR, "engine step failed: %s", tern_last_error());

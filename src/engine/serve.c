@@ -7,7 +7,8 @@
  *
  * Submission validates everything that can make a request impossible
  * (ids, sampling fields, prompt + max_tokens against the context and the
- * whole KV pool) and answers at once; the loop then owns the request.
+ * whole KV pool; an embedding request's pooling, embed.c) and answers at
+ * once; the loop then owns the request.
  */
 #include "engine/stream.h"
 
@@ -64,6 +65,10 @@ static enum tern_status copy_ids(const int32_t *src, int32_t n, int32_t **dst)
 static enum tern_status check_request(struct tern_engine *e, const struct tern_request *r)
 {
     const struct tern_sampling_params *sp = &r->sampling;
+    if (r->embed) return tern_engine_embed_check(e, r);
+    if (!e->model->core.w.lm_head.weight.buf)
+        return tern_error(TERN_E_UNSUPPORTED, "%s: the model has no language-model head "
+                          "(lm_head): it computes embeddings only", e->model->dir);
     TERN_TRY(tern_engine_check_ids(e, r->ids, r->n_ids));
     if (sp->max_tokens < 1)
         return tern_error(TERN_E_INVALID_ARG, "max_tokens must be >= 1, got %d", sp->max_tokens);
@@ -136,12 +141,18 @@ static enum tern_status stream_make(struct tern_engine *e, const struct tern_req
     s->refs = 2;
     s->sp = r->sampling;
     s->n_prompt = r->n_ids;
-    s->detokenize = r->detokenize;
-    s->n_forced = r->forced_ids ? r->n_forced : 0;
-    s->n_live = s->sp.n;
+    s->detokenize = r->detokenize && !r->embed;
+    s->n_forced = r->forced_ids && !r->embed ? r->n_forced : 0;
     s->t_submit = tern_now_ns();
-    enum tern_status st;
-    if ((st = copy_ids(r->ids, r->n_ids, &s->prompt)) ||
+    enum tern_status st = TERN_OK;
+    if (r->embed) { /* one prefilled sequence, nothing sampled */
+        s->sp = tern_sampling_default_params();
+        s->sp.max_tokens = 0;
+        s->sp.ignore_eos = true;
+        st = tern_engine_embed_init(e, s, r);
+    }
+    s->n_live = s->sp.n;
+    if (st || (st = copy_ids(r->ids, r->n_ids, &s->prompt)) ||
         (st = copy_ids(r->sampling.stop_ids, r->sampling.n_stop_ids, &s->stop_ids)) ||
         (st = copy_ids(r->sampling.bias_ids, r->sampling.n_bias, &s->bias_ids)) ||
         (st = copy_ids(r->forced_ids, s->n_forced, &s->forced)) || (st = build_stops(e, s)))
@@ -155,7 +166,8 @@ static enum tern_status stream_make(struct tern_engine *e, const struct tern_req
         memcpy(s->bias_values, r->sampling.bias_values, (size_t)r->sampling.n_bias * sizeof(float));
     }
     to_sample_params(e, s);
-    if ((st = tern_sample_params_check(&s->sample, e->model->core.hp.vocab_size)) != TERN_OK)
+    if (!s->embed &&
+        (st = tern_sample_params_check(&s->sample, e->model->core.hp.vocab_size)) != TERN_OK)
         goto fail;
     if (s->detokenize) {
         s->detok = tern_calloc((size_t)s->sp.n, sizeof *s->detok);

@@ -59,6 +59,8 @@ static void stream_free(struct tern_stream *s)
     tern_free(s->bias_ids);
     tern_free(s->bias_values);
     tern_free(s->forced);
+    tern_free(s->acc);
+    tern_free(s->vec);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     tern_free(s);

@@ -49,6 +49,14 @@ struct tern_stream {
     struct tern_detok_stream **detok; /* [n] */
     int32_t n_live;                   /* completions not yet DONE */
     uint64_t t_submit, t_admit, t_first;
+    /* an embedding request (embed.c) */
+    bool embed;
+    enum tern_pooling pooling; /* resolved: LAST, MEAN or CLS */
+    bool normalize;
+    int32_t dims, pool_skip;
+    double *acc;   /* [hidden] the pooled row (LAST, CLS) or the sum of the rows (MEAN) */
+    int32_t n_acc; /* rows in acc */
+    float *vec;    /* [dims] the vector, made when the request ends */
 };
 
 /* Queues an event (copying text/error); wakes the reader. */

@@ -12,10 +12,16 @@
 #include <string.h>
 
 /* The variants, in each family file's order: arch/llama.c, arch/gemma.c,
- * arch/gemma4.c. */
-enum { V_LLAMA, V_MISTRAL, V_QWEN2, V_QWEN3, V_MIXTRAL, V_QWEN2_MOE, V_QWEN3_MOE };
+ * arch/gemma4.c, arch/olmo.c, arch/cohere.c (glm4.c and starcoder2.c have
+ * one). */
+enum {
+    V_LLAMA, V_MISTRAL, V_QWEN2, V_QWEN3, V_SEED_OSS, V_ERNIE4_5, V_SMOLLM3, V_GRANITE, V_MINICPM,
+    V_PHI3, V_MIXTRAL, V_QWEN2_MOE, V_QWEN3_MOE
+};
 enum { V_GEMMA, V_GEMMA2, V_GEMMA3, V_GEMMA3_MM };
 enum { V_GEMMA4_TEXT, V_GEMMA4_WRAPPER, V_GEMMA4_UNIFIED };
+enum { V_OLMO2, V_OLMO3 };
+enum { V_COHERE, V_COHERE2 };
 
 static const struct tern_arch arch_table[] = {
     {"LlamaForCausalLM", &tern_family_llama, V_LLAMA},
@@ -25,6 +31,18 @@ static const struct tern_arch arch_table[] = {
     {"MixtralForCausalLM", &tern_family_mixtral, V_MIXTRAL},
     {"Qwen2MoeForCausalLM", &tern_family_llama, V_QWEN2_MOE},
     {"Qwen3MoeForCausalLM", &tern_family_llama, V_QWEN3_MOE},
+    {"SeedOssForCausalLM", &tern_family_llama, V_SEED_OSS},
+    {"Ernie4_5ForCausalLM", &tern_family_llama, V_ERNIE4_5},
+    {"SmolLM3ForCausalLM", &tern_family_llama, V_SMOLLM3},
+    {"GraniteForCausalLM", &tern_family_llama, V_GRANITE},
+    {"MiniCPMForCausalLM", &tern_family_llama, V_MINICPM},
+    {"Phi3ForCausalLM", &tern_family_phi3, V_PHI3},
+    {"Olmo2ForCausalLM", &tern_family_olmo, V_OLMO2},
+    {"Olmo3ForCausalLM", &tern_family_olmo, V_OLMO3},
+    {"Glm4ForCausalLM", &tern_family_glm4, 0},
+    {"Starcoder2ForCausalLM", &tern_family_starcoder2, 0},
+    {"CohereForCausalLM", &tern_family_cohere, V_COHERE},
+    {"Cohere2ForCausalLM", &tern_family_cohere, V_COHERE2},
     {"GemmaForCausalLM", &tern_family_gemma, V_GEMMA},
     {"Gemma2ForCausalLM", &tern_family_gemma2, V_GEMMA2},
     {"Gemma3ForCausalLM", &tern_family_gemma2, V_GEMMA3},
@@ -43,7 +61,7 @@ const struct tern_arch *tern_arch_find(const char *hf_name)
 
 const char *tern_arch_supported(void)
 {
-    static char list[1024];
+    static char list[2048];
     if (!list[0]) {
         size_t k = 0;
         for (size_t i = 0; i < sizeof arch_table / sizeof arch_table[0]; i++)
@@ -108,6 +126,51 @@ enum tern_status tern_cfg_softcap(const struct tern_json_doc *cfg, const char *k
     return TERN_OK;
 }
 
+/* longrope's per-pair factors: key `key` of the rope object, a list of
+ * positive numbers (its length is checked against the rotary dim when the
+ * model plans its ropes). */
+static enum tern_status read_factors(const struct tern_json_doc *cfg, const json_t *rs,
+                                     const char *name, const char *key, float *out, int32_t *n)
+{
+    const json_t *a = json_object_get(rs, key);
+    if (!json_is_array(a) || json_array_size(a) < 1 || json_array_size(a) > TERN_ROPE_MAX_FACTORS)
+        return tern_error(TERN_E_FORMAT, "%s: %s.%s must be a list of 1 to %d numbers (longrope)",
+                          cfg->path, name, key, TERN_ROPE_MAX_FACTORS);
+    if (*n && (size_t)*n != json_array_size(a))
+        return tern_error(TERN_E_FORMAT, "%s: %s.%s has %zu entries, short_factor %d", cfg->path,
+                          name, key, json_array_size(a), *n);
+    *n = (int32_t)json_array_size(a);
+    for (int32_t i = 0; i < *n; i++) {
+        const json_t *v = json_array_get(a, (size_t)i);
+        double x = json_number_value(v);
+        if (!json_is_number(v) || !(x > 0))
+            return tern_error(TERN_E_FORMAT, "%s: %s.%s[%d] must be a positive number", cfg->path,
+                              name, key, i);
+        out[i] = (float)x;
+    }
+    return TERN_OK;
+}
+
+/* longrope (Phi 3's "su"; its legacy "yarn" when the object carries
+ * long_factor, which real YaRN configs never do). factor absent: derived
+ * from max_position_embeddings / original_max_position_embeddings. */
+static enum tern_status read_longrope(const struct tern_json_doc *cfg, const json_t *rs,
+                                      const char *name, struct tern_rope_cfg *rc)
+{
+    rc->kind = TERN_ROPE_LONGROPE;
+    TERN_TRY(read_factors(cfg, rs, name, "short_factor", rc->short_factor, &rc->n_factors));
+    TERN_TRY(read_factors(cfg, rs, name, "long_factor", rc->long_factor, &rc->n_factors));
+    TERN_TRY(tern_cfg_obj_float_opt(cfg, rs, name, "factor", -1.0, &rc->factor));
+    if (rc->factor < 0) rc->factor = (double)rc->max_pos / rc->original_max_pos;
+    return tern_cfg_obj_float_opt(cfg, rs, name, "attention_factor", -1.0,
+                                  &rc->longrope_attention_factor);
+}
+
+bool tern_rope_cfg_by_context(const struct tern_rope_cfg *rc)
+{
+    return rc->kind == TERN_ROPE_LONGROPE || rc->kind == TERN_ROPE_DYNAMIC;
+}
+
 enum tern_status tern_rope_cfg_read(const struct tern_json_doc *cfg, const char *section,
                                     const char *theta_key, double theta_def,
                                     struct tern_rope_cfg *rc)
@@ -137,9 +200,15 @@ enum tern_status tern_rope_cfg_read(const struct tern_json_doc *cfg, const char 
     }
     rc->kind = TERN_ROPE_DEFAULT;
     rc->factor = 1.0;
-    int64_t max_pos;
+    int64_t max_pos, top_omp;
     TERN_TRY(tern_cfg_int_opt(cfg, "max_position_embeddings", 4096, &max_pos));
-    rc->original_max_pos = (int32_t)max_pos;
+    rc->original_max_pos = rc->max_pos = (int32_t)max_pos;
+    /* A top-level original_max_position_embeddings wins over the rope
+     * object's for the kinds that read it (transformers' standardize_rope_params). */
+    TERN_TRY(tern_cfg_int_opt(cfg, "original_max_position_embeddings", 0, &top_omp));
+    if (top_omp < 0 || top_omp > INT32_MAX)
+        return tern_error(TERN_E_FORMAT, "%s: original_max_position_embeddings must be positive",
+                          cfg->path);
     if (!json_is_object(rs)) return TERN_OK;
     TERN_TRY(tern_cfg_obj_float_opt(cfg, rs, name, "rope_theta", rc->theta, &rc->theta));
     TERN_TRY(tern_cfg_obj_float_opt(cfg, rs, name, "partial_rotary_factor",
@@ -151,8 +220,17 @@ enum tern_status tern_rope_cfg_read(const struct tern_json_doc *cfg, const char 
     int64_t omp;
     TERN_TRY(tern_cfg_obj_int_opt(cfg, rs, name, "original_max_position_embeddings", max_pos,
                                   &omp));
+    if (top_omp > 0) omp = top_omp;
+    if (omp < 1 || omp > INT32_MAX)
+        return tern_error(TERN_E_FORMAT, "%s: %s.original_max_position_embeddings must be "
+                          "positive", cfg->path, name);
     rc->original_max_pos = (int32_t)omp;
-    if (!strcmp(type, "default")) {
+    bool has_long = json_object_get(rs, "long_factor") != NULL;
+    if (!strcmp(type, "longrope") || !strcmp(type, "su") || (!strcmp(type, "yarn") && has_long)) {
+        TERN_TRY(read_longrope(cfg, rs, name, rc));
+    } else if (!strcmp(type, "dynamic")) {
+        rc->kind = TERN_ROPE_DYNAMIC;
+    } else if (!strcmp(type, "default")) {
         rc->kind = TERN_ROPE_DEFAULT;
     } else if (!strcmp(type, "linear")) {
         rc->kind = TERN_ROPE_LINEAR;
@@ -181,7 +259,7 @@ enum tern_status tern_rope_cfg_read(const struct tern_json_doc *cfg, const char 
     } else {
         return tern_error(TERN_E_UNSUPPORTED,
                           "%s: %s.rope_type '%s' is not supported (default, linear, llama3, yarn, "
-                          "proportional)", cfg->path, name, type);
+                          "longrope, dynamic, proportional)", cfg->path, name, type);
     }
     if (!(rc->factor > 0))
         return tern_error(TERN_E_FORMAT, "%s: %s.factor must be positive", cfg->path, name);
@@ -332,8 +410,8 @@ static double yarn_correction_dim(double n_rot, int dim, double base, double max
     return (dim * log(max_pos / (n_rot * 2 * M_PI))) / (2 * log(base));
 }
 
-void tern_rope_inv_freq(const struct tern_rope_cfg *rc, int32_t head_dim, int32_t dim, float *inv,
-                        float *mscale)
+void tern_rope_inv_freq(const struct tern_rope_cfg *rc, int32_t head_dim, int32_t dim,
+                        int64_t context, float *inv, float *mscale)
 {
     int half = dim / 2;
     float base = (float)rc->theta;
@@ -356,6 +434,29 @@ void tern_rope_inv_freq(const struct tern_rope_cfg *rc, int32_t head_dim, int32_
     case TERN_ROPE_LINEAR:
         for (int i = 0; i < half; i++) inv[i] = inv[i] / (float)rc->factor;
         break;
+    case TERN_ROPE_LONGROPE: {
+        /* 1 / (ext_i * base ** (2 i / dim)), ext the long factors past the
+         * original context; the attention factor from `factor`. */
+        const float *ext = context > rc->original_max_pos ? rc->long_factor : rc->short_factor;
+        for (int i = 0; i < half; i++)
+            inv[i] = 1.0f / (ext[i] * powf(base, (float)(2 * i) / (float)dim));
+        double af = rc->longrope_attention_factor;
+        if (af <= 0)
+            af = rc->factor <= 1.0 ? 1.0
+                                   : sqrt(1.0 + log(rc->factor) / log((double)rc->original_max_pos));
+        *mscale = (float)af;
+        break;
+    }
+    case TERN_ROPE_DYNAMIC: {
+        /* Past max_position_embeddings theta grows with the length, in
+         * float32 as transformers computes it from a tensor length. */
+        if (context <= rc->max_pos) break;
+        float f = (float)rc->factor;
+        float grow = f * (float)context / (float)rc->max_pos - (f - 1.0f);
+        float b = base * powf(grow, (float)dim / (float)(dim - 2));
+        for (int i = 0; i < half; i++) inv[i] = 1.0f / powf(b, (float)(2 * i) / (float)dim);
+        break;
+    }
     case TERN_ROPE_LLAMA3: {
         float factor = (float)rc->factor, lo = (float)rc->low_freq_factor,
               hi = (float)rc->high_freq_factor, old = (float)rc->original_max_pos;

@@ -51,6 +51,11 @@ enum tern_tensor_kind {
     TT_PLI_GATE,
     TT_PLI_PROJ,
     TT_PLI_POST_NORM,
+    TT_NORM_BIAS,      /* [hidden] LayerNorm biases (norm_bias) */
+    TT_ATTN_NORM_BIAS,
+    TT_FFN_NORM_BIAS,
+    TT_QKV,            /* linear [QD + 2 KD, hidden]: q | k | v as one tensor (Phi 3) */
+    TT_GATE_UP,        /* linear [2 F, hidden]: gate | up as one tensor (Phi 3, GLM 4) */
     /* mixture of experts (load_moe.c); the experts come in one of three
      * layouts, and a family names each it can meet */
     TT_ROUTER,          /* linear [N, hidden] */
@@ -82,7 +87,10 @@ struct tern_family {
      * family's own struct fh (zeroed, hparams_bytes). */
     enum tern_status (*read_hparams)(const struct tern_json_doc *cfg, int variant,
                                      struct tern_hparams *hp, void *fh);
-    /* 2. Tensor names (NULL: the family has no such tensor). */
+    /* 2. Tensor names (NULL: the family has no such tensor). Where a
+     * family names TT_QKV or TT_GATE_UP and the snapshot has that tensor,
+     * it is bound as the fused linear (the parts become views of its rows);
+     * otherwise the parts are read by their own names. */
     const char *names[TT_N];
     /* 3. Layer i's plan, from the hyperparameters alone. */
     void (*plan_layer)(const struct tern_hparams *hp, const void *fh, int variant, int32_t layer,
@@ -94,6 +102,11 @@ extern const struct tern_family tern_family_mixtral; /* llama.c's rows, Mixtral'
 extern const struct tern_family tern_family_gemma;  /* Gemma 1 */
 extern const struct tern_family tern_family_gemma2; /* Gemma 2, 3 */
 extern const struct tern_family tern_family_gemma4;
+extern const struct tern_family tern_family_phi3; /* llama.c's rows, fused tensors */
+extern const struct tern_family tern_family_olmo;
+extern const struct tern_family tern_family_glm4;
+extern const struct tern_family tern_family_starcoder2;
+extern const struct tern_family tern_family_cohere;
 
 /* A family's defaults for the shared keys (transformers' config class
  * defaults), for keys a snapshot may leave out (multimodal wrappers'

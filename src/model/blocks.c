@@ -4,31 +4,41 @@
  *
  *   x = embed(ids) (* embed_scale)                   residual = x  (F32)
  *   [Gemma 4: per-layer inputs from the ids and x, one [T, P] slice a layer]
- *   h = norm(x, layer 0's attn_norm)
+ *   h = norm(x, layer 0's attn_norm)               (p.no_input_norms: h = x)
  *   for each layer (plan p):
  *     q|k|v = h [q_proj | k_proj | v_proj]          one [T, QD + 2 KD] buffer (one
- *                                                  matmul when fused at load;
- *                                                  k_eq_v: v is the raw k; a layer
- *                                                  that shares K/V projects q only)
+ *                                                  matmul when fused in the file or
+ *                                                  at load; k_eq_v: v is the raw k;
+ *                                                  a layer that shares K/V projects
+ *                                                  q only)
  *     v = rmsnorm(v)                               p.v_norm
- *     q, k = q_norm/k_norm, then rope at the batch positions (p.rope)
+ *     q, k = rmsnorm over all heads                p.qk_norm_full (OLMo 2)
+ *     q, k = q_norm/k_norm, then rope at the batch positions (p.rope; none: NoPE)
  *     cache[slot_mapping] = k, v                   (own K/V only; one qk_rope_store
  *                                                  op where the backend has it, or
  *                                                  with the projection one
  *                                                  matmul_rope_store)
  *     a = o_proj(attention(q, cache of p.kv_source))  causal, GQA, window, softcap
  *     a = norm(a, attn_post_norm)                  p.attn_post_norm
- *     x += a;  h = norm(x, ffn_norm)               one add_rmsnorm
+ *     a *= residual_scale                          p.residual_scale
+ *     x += a;  h = norm(x, ffn_norm)               one add_rmsnorm (p.parallel: x += a,
+ *                                                  h stays the attention's input)
  *     f = down(act(h gate) * (h up))               (SiLU: one matmul_glu where the
- *                                                  backend has it)
+ *                                                  backend has it; p.mlp_plain:
+ *                                                  down(act(h up)))
  *       or experts: logits = router(h) -> moe_route (top k, weights) ->
  *                   moe_experts(h) (+ the MLP beside them, p.moe says how)
  *     f = norm(f, ffn_post_norm)                   p.ffn_post_norm
+ *     f *= residual_scale                          p.residual_scale
  *     x += f                                       (with the next layer's norm: one
  *                                                  add_rmsnorm, unless an extra follows)
  *     x += norm(pli_proj(gelu(x pli_gate) * pli[l]), pli_post_norm)   p.per_layer_input
  *     x *= layer_scalar                            p.layer_scalar
- *   logits = lm_head(norm(x[logits_idx])) (softcapped by final_softcap)
+ *   logits = lm_head(norm(x[logits_idx])) (* logit_scale) (softcapped by final_softcap)
+ *   x = norm(x) over every row, when f->want_hidden (the final hidden states, in place)
+ *
+ * "norm" is the model's kind (RMSNorm, or LayerNorm with or without bias:
+ * hp.norm) for the input, post and final norms; head norms are RMSNorms.
  *
  * Depends on model.h and the backend interface.
  */
@@ -66,11 +76,48 @@ static const struct tern_batch_dev *batch_of(const struct tern_model_core *m,
     return g ? &f->group_batch[g] : &f->batch;
 }
 
-/* The layer's rope. */
-static const struct tern_rope *rope_of(const struct tern_model_core *m,
-                                       const struct tern_layer_plan *p)
+/* The layer's rope as this forward state has it, or NULL (NoPE). */
+static const struct tern_rope *rope_of(const struct tern_fwd *f, const struct tern_layer_plan *p)
 {
-    return &m->ropes[p->rope];
+    return p->rope < 0 ? NULL : &f->ropes[p->rope];
+}
+
+/* out = norm(x) with the model's norm kind; w NULL: out = x (a copy into
+ * out's dtype), for layers without input norms. */
+static enum tern_status norm_into(struct tern_model_core *m, const struct tern_dtensor *x,
+                                  const struct tern_dtensor *w, const struct tern_dtensor *b,
+                                  struct tern_dtensor *out)
+{
+    const struct tern_backend_ops *ops = m->be->ops;
+    if (!w) return ops->scale(m->be, x, 1.0f, NULL, out);
+    if (m->hp.norm == TERN_NORM_LAYER)
+        return ops->layernorm(m->be, x, w, b && b->buf ? b : NULL, m->hp.rms_norm_eps, out);
+    return ops->rmsnorm(m->be, x, w, m->hp.rms_norm_eps, out);
+}
+
+/* res += d, then h = norm(res, w, b) (w NULL: h = res): one add_rmsnorm
+ * where the norm is an RMSNorm. */
+static enum tern_status add_norm(struct tern_model_core *m, struct tern_dtensor *res,
+                                 const struct tern_dtensor *d, const struct tern_dtensor *w,
+                                 const struct tern_dtensor *b, struct tern_dtensor *h)
+{
+    const struct tern_backend_ops *ops = m->be->ops;
+    if (w && m->hp.norm == TERN_NORM_RMS)
+        return ops->add_rmsnorm(m->be, res, d, w, m->hp.rms_norm_eps, h);
+    TERN_TRY(ops->add(m->be, res, d, res));
+    return norm_into(m, res, w, b, h);
+}
+
+/* A block's output as it joins the residual: post-normed and scaled where
+ * the plan says so. */
+static enum tern_status block_out(struct tern_model_core *m, const struct tern_layer_plan *p,
+                                  bool post_norm, const struct tern_dtensor *w,
+                                  struct tern_dtensor *proj)
+{
+    if (post_norm) TERN_TRY(norm_into(m, proj, w, NULL, proj));
+    if (p->residual_scale != 0.0f && p->residual_scale != 1.0f)
+        TERN_TRY(m->be->ops->scale(m->be, proj, p->residual_scale, NULL, proj));
+    return TERN_OK;
 }
 
 /* q|k|v of a layer that keeps its own K/V, normed, roped and stored. */
@@ -87,9 +134,11 @@ static enum tern_status qkv_own(struct tern_model_core *m, struct tern_fwd *f,
     struct tern_dtensor h = rows_of(&f->h, T), qkv;
     attn_views(p, f, T, &qkv, NULL);
     bool fused = ly->qkv_proj.weight.buf != NULL;
-    if (fused && ops->matmul_rope_store && ops->qk_rope_store && !p->qk_norm && !p->v_norm)
+    const struct tern_rope *rope = rope_of(f, p);
+    if (fused && ops->matmul_rope_store && ops->qk_rope_store && !p->qk_norm && !p->v_norm &&
+        !p->qk_norm_full && rope)
         /* the projection, rope and the cache stores in one op */
-        return ops->matmul_rope_store(be, &h, &ly->qkv_proj, &qkv, rope_of(m, p), a, bd, kvl);
+        return ops->matmul_rope_store(be, &h, &ly->qkv_proj, &qkv, rope, a, bd, kvl);
     if (fused) {
         TERN_TRY(ops->matmul(be, &h, &ly->qkv_proj, &qkv, 0));
     } else {
@@ -99,17 +148,21 @@ static enum tern_status qkv_own(struct tern_model_core *m, struct tern_fwd *f,
     }
     if (p->v_norm)
         TERN_TRY(ops->head_rmsnorm(be, &qkv, qd + kvd, a->n_kv_heads, a->head_dim, NULL, eps));
+    if (p->qk_norm_full) { /* one norm over all of q, one over all of k */
+        TERN_TRY(ops->head_rmsnorm(be, &qkv, 0, 1, (int32_t)qd, &ly->q_norm, eps));
+        TERN_TRY(ops->head_rmsnorm(be, &qkv, qd, 1, (int32_t)kvd, &ly->k_norm, eps));
+    }
     const struct tern_dtensor *qw = p->qk_norm ? &ly->q_norm : NULL;
     const struct tern_dtensor *kw = p->qk_norm ? &ly->k_norm : NULL;
-    if (ops->qk_rope_store) /* head norms, rope and the KV store in one op */
-        return ops->qk_rope_store(be, &qkv, qw, kw, eps, rope_of(m, p), a, bd, kvl);
+    if (ops->qk_rope_store && rope) /* head norms, rope and the KV store in one op */
+        return ops->qk_rope_store(be, &qkv, qw, kw, eps, rope, a, bd, kvl);
     if (p->qk_norm) {
         TERN_TRY(ops->head_rmsnorm(be, &qkv, 0, a->n_heads, a->head_dim, qw, eps));
         TERN_TRY(ops->head_rmsnorm(be, &qkv, qd, a->n_kv_heads, a->head_dim, kw, eps));
     }
     /* the k heads follow the q heads: one rope over both */
-    TERN_TRY(ops->rope(be, &qkv, 0, a->n_heads + a->n_kv_heads, &f->batch.positions,
-                       rope_of(m, p)));
+    if (rope)
+        TERN_TRY(ops->rope(be, &qkv, 0, a->n_heads + a->n_kv_heads, &f->batch.positions, rope));
     return ops->kv_store(be, &qkv, qd, qd + kvd, bd, kvl);
 }
 
@@ -124,14 +177,16 @@ static enum tern_status q_only(struct tern_model_core *m, struct tern_fwd *f,
     struct tern_dtensor h = rows_of(&f->h, T), qkv;
     attn_views(p, f, T, &qkv, NULL);
     TERN_TRY(ops->matmul(be, &h, &ly->q_proj, &qkv, 0));
-    if (p->qk_norm)
-        TERN_TRY(ops->head_rmsnorm(be, &qkv, 0, a->n_heads, a->head_dim, &ly->q_norm,
-                                   m->hp.rms_norm_eps));
-    return ops->rope(be, &qkv, 0, a->n_heads, &f->batch.positions, rope_of(m, p));
+    if (p->qk_norm || p->qk_norm_full)
+        TERN_TRY(ops->head_rmsnorm(be, &qkv, 0, p->qk_norm ? a->n_heads : 1,
+                                   p->qk_norm ? a->head_dim : a->n_heads * a->head_dim,
+                                   &ly->q_norm, m->hp.rms_norm_eps));
+    const struct tern_rope *rope = rope_of(f, p);
+    return rope ? ops->rope(be, &qkv, 0, a->n_heads, &f->batch.positions, rope) : TERN_OK;
 }
 
 /* The attention block: leaves o_proj(attention) in f->proj (post-normed
- * when the plan says so). */
+ * and scaled when the plan says so). */
 static enum tern_status attention_block(struct tern_model_core *m, struct tern_fwd *f,
                                         struct tern_kv_cache *kv, int32_t l, int64_t T)
 {
@@ -146,12 +201,10 @@ static enum tern_status attention_block(struct tern_model_core *m, struct tern_f
     else TERN_TRY(q_only(m, f, ly, p, T));
     TERN_TRY(ops->attention(be, &qkv, kvl, batch_of(m, f, l), &p->attn, &attn));
     TERN_TRY(ops->matmul(be, &attn, &ly->o_proj, &proj, 0));
-    if (p->attn_post_norm)
-        TERN_TRY(ops->rmsnorm(be, &proj, &ly->attn_post_norm, m->hp.rms_norm_eps, &proj));
-    return TERN_OK;
+    return block_out(m, p, p->attn_post_norm, &ly->attn_post_norm, &proj);
 }
 
-/* The dense MLP on h: out = down(act(gate h) * (up h)). */
+/* The dense MLP on h: out = down(act(gate h) * (up h)) (p.mlp_plain: down(act(up h))). */
 static enum tern_status mlp_block(struct tern_model_core *m, struct tern_fwd *f, int32_t l,
                                   int64_t T, struct tern_dtensor *out)
 {
@@ -165,7 +218,11 @@ static enum tern_status mlp_block(struct tern_model_core *m, struct tern_fwd *f,
     gu.shape[1] = 2 * p->intermediate;
     act.shape[1] = p->intermediate;
     bool fused = ly->gate_up_proj.weight.buf != NULL;
-    if (fused && p->act == TERN_ACT_SILU && ops->matmul_glu) { /* SiLU in the GEMV epilogue */
+    enum tern_glu_act ga = p->act == TERN_ACT_SILU ? TERN_GLU_SILU : TERN_GLU_GELU_TANH;
+    if (p->mlp_plain) { /* down(act(up h)): the activation alone, in place */
+        TERN_TRY(ops->matmul(be, &h, &ly->up_proj, &act, 0));
+        TERN_TRY(ops->act_mul(be, &act, 0, NULL, 0, ga, &act));
+    } else if (fused && p->act == TERN_ACT_SILU && ops->matmul_glu) { /* SiLU in the GEMV epilogue */
         TERN_TRY(ops->matmul_glu(be, &h, &ly->gate_up_proj, &gu, &act));
     } else {
         if (fused) {
@@ -265,8 +322,8 @@ static enum tern_status moe_block(struct tern_model_core *m, struct tern_fwd *f,
     return ops->moe_experts(be, &ly->experts, glu_of(mp->act), &io);
 }
 
-/* The feed-forward block on h: leaves f in f->proj (post-normed when the
- * plan says so). */
+/* The feed-forward block on h: leaves f in f->proj (post-normed and scaled
+ * when the plan says so). */
 static enum tern_status ffn_block(struct tern_model_core *m, struct tern_fwd *f, int32_t l,
                                   int64_t T)
 {
@@ -274,10 +331,7 @@ static enum tern_status ffn_block(struct tern_model_core *m, struct tern_fwd *f,
     struct tern_dtensor proj = rows_of(&f->proj, T);
     if (p->ffn == TERN_FFN_MLP) TERN_TRY(mlp_block(m, f, l, T, &proj));
     else TERN_TRY(moe_block(m, f, l, T));
-    if (p->ffn_post_norm)
-        TERN_TRY(m->be->ops->rmsnorm(m->be, &proj, &m->w.layers[l].ffn_post_norm,
-                                     m->hp.rms_norm_eps, &proj));
-    return TERN_OK;
+    return block_out(m, p, p->ffn_post_norm, &m->w.layers[l].ffn_post_norm, &proj);
 }
 
 /* Gemma 4's per-layer inputs, before the layers: for every token and layer
@@ -323,25 +377,33 @@ static enum tern_status per_layer_block(struct tern_model_core *m, struct tern_f
     return ops->add(be, &res, &proj, &res);
 }
 
-/* x += f->proj, then the layer's extras, then h = norm(x, next_norm)
- * (next_norm NULL after the last layer: the final norm runs over the logits
- * rows). With no extras the add and the norm are one add_rmsnorm. */
+/* Layer l's input norm (NULL: the layer has none, its blocks read x). */
+static const struct tern_dtensor *input_norm(const struct tern_model_core *m, int32_t l,
+                                             const struct tern_dtensor **bias)
+{
+    *bias = &m->w.layers[l].attn_norm_bias;
+    return m->plans[l].no_input_norms ? NULL : &m->w.layers[l].attn_norm;
+}
+
+/* x += f->proj, then the layer's extras, then h = the next layer's input
+ * norm of x (after the last layer nothing: the final norm runs over the
+ * logits rows). With no extras the add and an RMSNorm are one add_rmsnorm. */
 static enum tern_status layer_end(struct tern_model_core *m, struct tern_fwd *f, int32_t l,
-                                  const struct tern_dtensor *next_norm, int64_t T)
+                                  int64_t T)
 {
     const struct tern_backend_ops *ops = m->be->ops;
     struct tern_backend *be = m->be;
     const struct tern_layer_plan *p = &m->plans[l];
-    float eps = m->hp.rms_norm_eps;
     struct tern_dtensor res = rows_of(&f->residual, T), proj = rows_of(&f->proj, T);
     struct tern_dtensor h = rows_of(&f->h, T);
-    bool extras = p->per_layer_input || p->layer_scalar;
-    if (!extras && next_norm) return ops->add_rmsnorm(be, &res, &proj, next_norm, eps, &h);
+    bool extras = p->per_layer_input || p->layer_scalar, last = l + 1 == m->hp.num_hidden_layers;
+    const struct tern_dtensor *nb = NULL, *next = last ? NULL : input_norm(m, l + 1, &nb);
+    if (!extras && !last) return add_norm(m, &res, &proj, next, nb, &h);
     TERN_TRY(ops->add(be, &res, &proj, &res));
     if (p->per_layer_input) TERN_TRY(per_layer_block(m, f, l, T));
     if (p->layer_scalar)
         TERN_TRY(ops->scale(be, &res, 1.0f, &m->w.layers[l].layer_scalar, &res));
-    return next_norm ? ops->rmsnorm(be, &res, next_norm, eps, &h) : TERN_OK;
+    return last ? TERN_OK : norm_into(m, &res, next, nb, &h);
 }
 
 /* logits = lm_head(norm(x[logits_idx])), softcapped where the model says. */
@@ -351,14 +413,18 @@ static enum tern_status logits_block(struct tern_model_core *m, struct tern_fwd 
     const struct tern_backend_ops *ops = m->be->ops;
     struct tern_backend *be = m->be;
     const struct tern_hparams *hp = &m->hp;
+    if (!m->w.lm_head.weight.buf)
+        return tern_error(TERN_E_UNSUPPORTED, "the model has no language-model head (lm_head): "
+                          "it computes embeddings, not logits");
     struct tern_linear hidden = {0};
     hidden.weight = rows_of(&f->residual, T);
     hidden.in_features = hp->hidden_size;
     hidden.out_features = T;
     struct tern_dtensor hl = rows_of(&f->hl, n_logits), logits = rows_of(&f->logits, n_logits);
     TERN_TRY(ops->get_rows(be, &hidden, &f->batch.logits_idx, &hl));
-    TERN_TRY(ops->rmsnorm(be, &hl, &m->w.norm, hp->rms_norm_eps, &hl));
+    TERN_TRY(norm_into(m, &hl, &m->w.norm, &m->w.norm_bias, &hl));
     TERN_TRY(ops->matmul(be, &hl, &m->w.lm_head, &logits, 0));
+    if (hp->logit_scale > 0) TERN_TRY(ops->scale(be, &logits, hp->logit_scale, NULL, &logits));
     return hp->final_softcap > 0 ? ops->softcap(be, &logits, hp->final_softcap) : TERN_OK;
 }
 
@@ -374,15 +440,22 @@ enum tern_status tern_model_compute(struct tern_model_core *m, struct tern_fwd *
     if (hp->embed_scale > 0) TERN_TRY(ops->scale(be, &res, hp->embed_scale, NULL, &res));
     if (hp->per_layer_dim) TERN_TRY(per_layer_inputs(m, f, T));
     /* Each layer leaves the next one's normalised input in h. */
-    if (n_layers > 0)
-        TERN_TRY(ops->rmsnorm(be, &res, &m->w.layers[0].attn_norm, hp->rms_norm_eps, &h));
+    const struct tern_dtensor *nb = NULL, *n0 = n_layers > 0 ? input_norm(m, 0, &nb) : NULL;
+    if (n_layers > 0) TERN_TRY(norm_into(m, &res, n0, nb, &h));
     for (int32_t l = 0; l < n_layers; l++) {
+        const struct tern_layer_plan *p = &m->plans[l];
+        const struct tern_layer *ly = &m->w.layers[l];
         TERN_TRY(attention_block(m, f, kv, l, T));
         struct tern_dtensor proj = rows_of(&f->proj, T);
-        TERN_TRY(ops->add_rmsnorm(be, &res, &proj, &m->w.layers[l].ffn_norm, hp->rms_norm_eps,
-                                  &h));
+        if (p->parallel) /* the MLP reads the same h: x += a, then x += f */
+            TERN_TRY(ops->add(be, &res, &proj, &res));
+        else
+            TERN_TRY(add_norm(m, &res, &proj, p->no_input_norms ? NULL : &ly->ffn_norm,
+                              &ly->ffn_norm_bias, &h));
         TERN_TRY(ffn_block(m, f, l, T));
-        TERN_TRY(layer_end(m, f, l, l + 1 < n_layers ? &m->w.layers[l + 1].attn_norm : NULL, T));
+        TERN_TRY(layer_end(m, f, l, T));
     }
-    return n_logits ? logits_block(m, f, T, n_logits) : TERN_OK;
+    if (n_logits) TERN_TRY(logits_block(m, f, T, n_logits));
+    /* after the logits rows were read from it: the final hidden states, F32, in place */
+    return f->want_hidden ? norm_into(m, &res, &m->w.norm, &m->w.norm_bias, &res) : TERN_OK;
 }

@@ -107,7 +107,7 @@ int32_t tern_fwd_seq_bucket(int32_t max_seq_len, int32_t cap)
 
 enum tern_status tern_fwd_init(struct tern_model_core *m, int32_t max_tokens, int32_t max_seqs,
                                int32_t max_blocks_per_seq, int32_t max_logits, int32_t block_size,
-                               struct tern_fwd *f)
+                               int64_t context, struct tern_fwd *f)
 {
     memset(f, 0, sizeof *f);
     struct tern_backend *be = m->be;
@@ -154,6 +154,15 @@ enum tern_status tern_fwd_init(struct tern_model_core *m, int32_t max_tokens, in
         tern_fwd_deinit(m, f);
         return TERN_E_NO_MEMORY;
     }
+    for (int32_t r = 0; r < TERN_MAX_ROPES; r++) {
+        f->ropes[r] = m->ropes[r];
+        if (!m->rope_by_context[r]) continue;
+        if ((st = tern_model_rope_make(m, r, context, &f->ropes[r])) != TERN_OK) {
+            tern_fwd_deinit(m, f);
+            return st;
+        }
+        f->rope_owned[r] = true;
+    }
     f->use_graphs = be->ops->graph_begin != NULL;
     return TERN_OK;
 }
@@ -171,6 +180,9 @@ void tern_fwd_deinit(struct tern_model_core *m, struct tern_fwd *f)
     f->n_graphs = 0;
     tern_free(f->meta_host);
     f->meta_host = NULL;
+    for (int32_t r = 0; r < TERN_MAX_ROPES; r++)
+        if (f->rope_owned[r]) tern_dtensor_free(m->be, &f->ropes[r].inv_freq);
+    memset(f->rope_owned, 0, sizeof f->rope_owned);
 }
 
 size_t tern_kv_block_bytes(const struct tern_model_core *m, int32_t group, int32_t block_size)
@@ -326,7 +338,7 @@ static enum tern_status upload_batch(struct tern_model_core *m, struct tern_fwd 
 static bool step_fits(const struct tern_model_core *m, const struct tern_fwd *f, int64_t T,
                       int32_t n_logits)
 {
-    return m->step && T == 1 && n_logits == 1 && f->batch.host->n_seqs == 1;
+    return m->step && T == 1 && n_logits == 1 && f->batch.host->n_seqs == 1 && !f->want_hidden;
 }
 
 /* The forward over the uploaded batch (f->batch): the backend's step op for
@@ -422,7 +434,7 @@ enum tern_status tern_model_forward_graph(struct tern_model_core *m, struct tern
 {
     struct tern_backend *be = m->be;
     TERN_TRY(prepare(m, f, batch, ids_dev));
-    if (!f->use_graphs || !be->ops->graph_begin || f->batch.max_q_len != 1)
+    if (!f->use_graphs || !be->ops->graph_begin || f->batch.max_q_len != 1 || f->want_hidden)
         return compute(m, f, kv, batch->n_tokens, batch->n_logits);
     struct tern_fwd_graph key = {batch->n_tokens, batch->n_seqs, batch->n_logits,
                                  f->host_view.max_blocks_per_seq, f->batch.max_seq_len, NULL};

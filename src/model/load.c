@@ -1,11 +1,13 @@
 /*
- * load.c — binding a model's tensors to the weights the layer plans need.
+ * load.c — binding a model's tensors to the weights the layer plans need
+ * (the experts of MoE layers: load_moe.c, through load.h's helpers).
  *
  * The weights come from a weight source (io/wsource.h): a safetensors
  * snapshot or a GGUF file, both asked by Hugging Face name. The family names
  * each canonical tensor (arch.h); the loader finds the text model's prefix
  * ("model.", or a multimodal wrapper's "model.language_model." /
- * "language_model.model."), then binds exactly the tensors each layer's plan
+ * "language_model.model.", or none: a base model saved under its own names,
+ * as Qwen3-Embedding is, whose missing head leaves lm_head unbound), then binds exactly the tensors each layer's plan
  * uses, checking presence, dtype and shape against the config before
  * anything runs; the error names the tensor, what the config expects, and
  * what the file holds. Dense weights may be F32/F16/BF16; MLX affine
@@ -22,6 +24,12 @@
  * GGUFs are in llama.cpp's row order: their rows are copied back into
  * Hugging Face order into a buffer the model owns (a row copy, right for
  * every type since a row holds whole blocks).
+ *
+ * A snapshot that stores q|k|v or gate|up as one tensor (Phi 3's qkv_proj
+ * and gate_up_proj, GLM 4's gate_up_proj: the family names TT_QKV /
+ * TT_GATE_UP) binds it as the layer's fused linear, dense or quantized, and
+ * its parts as views of its rows; the forward then issues one matmul on
+ * every backend. A non-gated MLP (Starcoder 2) binds up and down only.
  *
  * Backend buffers are made per tensor (the CPU backend uses the mmapped
  * bytes in place; CUDA copies them to the device), except:
@@ -127,7 +135,7 @@ static enum tern_status fetch(struct loader *L, const char *name, int n_dims,
 /* Whether a ggml block type binds as BF16 (the backend does not take it). */
 static bool ggml_to_bf16(const struct loader *L, uint32_t ggml_type)
 {
-    return ggml_type && (L->ggml_bf16 || !tern_backend_ggml_ok(L->be, ggml_type));
+    return ggml_type && (L->ggml_bf16 || !L->be || !tern_backend_ggml_ok(L->be, ggml_type));
 }
 
 /* The bytes a fetched view binds as, where they differ from the file's: q /
@@ -177,6 +185,14 @@ static enum tern_status bind_view(struct loader *L, struct tern_wview *w, int n_
                                   const int64_t *shape, struct tern_dtensor *out)
 {
     void *tmp;
+    if (L->dry) { /* checked by fetch(): only the view's description */
+        memset(out, 0, sizeof *out);
+        out->dtype = w->v.dtype;
+        out->n_dims = n_dims;
+        memcpy(out->shape, shape, sizeof(int64_t) * (size_t)n_dims);
+        L->w->n_bytes += (int64_t)w->v.n_bytes;
+        return TERN_OK;
+    }
     TERN_TRY(prepare(L, w, &tmp));
     const struct tern_tensor_view *v = &w->v;
     memset(out, 0, sizeof *out);
@@ -236,7 +252,7 @@ static enum tern_status bind_norm(struct loader *L, enum tern_tensor_kind kind, 
     const struct tern_tensor_view v = wv.v;
     L->w->n_params += n;
     if (L->norm_dtype < 0) L->norm_dtype = (int)v.dtype;
-    if (!L->hp->norm_plus_one) return bind_view(L, &wv, 1, &n, out);
+    if (!L->hp->norm_plus_one || L->dry) return bind_view(L, &wv, 1, &n, out);
     float *f = tern_malloc((size_t)n * sizeof *f);
     if (!f) return TERN_E_NO_MEMORY;
     for (int64_t i = 0; i < n; i++) f[i] = 1.0f + to_f32(v.data, v.dtype, (size_t)i);
@@ -481,6 +497,46 @@ static enum tern_status bind_group(struct loader *L, const char *const *mods, co
     return TERN_OK;
 }
 
+/* Whether the family names canonical linear `kind` and the source holds
+ * it (dense, ggml or MLX-quantized: each has a .weight). */
+static bool has_linear(struct loader *L, enum tern_tensor_kind kind, int32_t layer)
+{
+    char name[256];
+    if (!L->fam->names[kind]) return false;
+    return tern_wsource_has(L->ws, tensor_name(L, kind, layer, ".weight", name, sizeof name));
+}
+
+/* Rows [row0, row0 + n) of a linear: a view of its weight (also a ggml
+ * one's row bytes), quantization scales and biases, and bias. */
+static struct tern_linear linear_rows(const struct tern_linear *w, int64_t row0, int64_t n)
+{
+    struct tern_linear v = *w;
+    v.weight = tern_dtensor_rows(&w->weight, row0, n);
+    if (w->bits) {
+        v.scales = tern_dtensor_rows(&w->scales, row0, n);
+        v.biases = tern_dtensor_rows(&w->biases, row0, n);
+    }
+    if (w->bias.buf) v.bias = tern_dtensor_rows(&w->bias, row0, n);
+    v.out_features = n;
+    return v;
+}
+
+/* A linear the snapshot stores fused (kind TT_QKV or TT_GATE_UP) of
+ * outs[0] + ... rows, bound whole into `fused` with parts[i] views of its
+ * rows. */
+static enum tern_status bind_stored_fused(struct loader *L, enum tern_tensor_kind kind,
+                                          int32_t layer, const int64_t *outs, int n, int64_t in,
+                                          bool has_bias, struct tern_linear *const *parts,
+                                          struct tern_linear *fused)
+{
+    int64_t rows = 0;
+    for (int k = 0; k < n; k++) rows += outs[k];
+    TERN_TRY(bind_kind(L, kind, layer, rows, in, has_bias, fused));
+    for (int k = 0, row0 = 0; k < n; row0 += (int)outs[k], k++)
+        *parts[k] = linear_rows(fused, row0, outs[k]);
+    return TERN_OK;
+}
+
 static enum tern_status bind_attention(struct loader *L, int32_t i, const struct tern_layer_plan *p,
                                        struct tern_layer *ly)
 {
@@ -490,7 +546,12 @@ static enum tern_status bind_attention(struct loader *L, int32_t i, const struct
     tensor_name(L, TT_Q, i, "", nq, sizeof nq);
     tensor_name(L, TT_K, i, "", nk, sizeof nk);
     tensor_name(L, TT_V, i, "", nv, sizeof nv);
-    if (p->kv_source != i) { /* shares another layer's K/V: queries only */
+    bool qkv_stored = L->fam->names[TT_QKV] && (has_linear(L, TT_QKV, i) || !L->fam->names[TT_Q]);
+    if (p->kv_source == i && !p->k_eq_v && qkv_stored) {
+        const int64_t outs[3] = {qd, kvd, kvd};
+        struct tern_linear *const parts[3] = {&ly->q_proj, &ly->k_proj, &ly->v_proj};
+        TERN_TRY(bind_stored_fused(L, TT_QKV, i, outs, 3, E, p->qkv_bias, parts, &ly->qkv_proj));
+    } else if (p->kv_source != i) { /* shares another layer's K/V: queries only */
         TERN_TRY(bind_linear(L, nq, qd, E, p->qkv_bias, &ly->q_proj));
     } else {
         const char *mods[3] = {nq, nk, p->k_eq_v ? nk : nv};
@@ -499,35 +560,67 @@ static enum tern_status bind_attention(struct loader *L, int32_t i, const struct
         TERN_TRY(bind_group(L, mods, outs, 3, E, p->qkv_bias, parts, &ly->qkv_proj));
     }
     TERN_TRY(bind_kind(L, TT_O, i, E, qd, p->o_bias, &ly->o_proj));
-    if (p->qk_norm) {
-        TERN_TRY(bind_norm(L, TT_Q_NORM, i, hd, &ly->q_norm));
-        if (p->kv_source == i) TERN_TRY(bind_norm(L, TT_K_NORM, i, hd, &ly->k_norm));
+    if (p->qk_norm || p->qk_norm_full) {
+        TERN_TRY(bind_norm(L, TT_Q_NORM, i, p->qk_norm ? hd : qd, &ly->q_norm));
+        if (p->kv_source == i)
+            TERN_TRY(bind_norm(L, TT_K_NORM, i, p->qk_norm ? hd : kvd, &ly->k_norm));
     }
     return TERN_OK;
+}
+
+/* The feed-forward linears: up and down (mlp_plain), or gate | up stored
+ * fused, or gate and up (fused at load where the loader fuses). */
+static enum tern_status bind_mlp(struct loader *L, int32_t i, const struct tern_layer_plan *p,
+                                 struct tern_layer *ly)
+{
+    int64_t E = L->hp->hidden_size, F = p->intermediate;
+    const int64_t gu_out[2] = {F, F};
+    struct tern_linear *const gu_parts[2] = {&ly->gate_proj, &ly->up_proj};
+    /* Qwen2-MoE's experts layers: the MLP is the shared expert */
+    bool sh = p->ffn == TERN_FFN_MLP_MOE && p->moe.shared_expert;
+    if (p->mlp_plain) {
+        TERN_TRY(bind_kind(L, TT_UP, i, F, E, p->mlp_bias, &ly->up_proj));
+    } else if (!sh && L->fam->names[TT_GATE_UP] &&
+               (has_linear(L, TT_GATE_UP, i) || !L->fam->names[TT_GATE])) {
+        TERN_TRY(bind_stored_fused(L, TT_GATE_UP, i, gu_out, 2, E, p->mlp_bias, gu_parts,
+                                   &ly->gate_up_proj));
+    } else {
+        char ng[256], nu[256];
+        tensor_name(L, sh ? TT_SHARED_GATE : TT_GATE, i, "", ng, sizeof ng);
+        tensor_name(L, sh ? TT_SHARED_UP : TT_UP, i, "", nu, sizeof nu);
+        const char *gu[2] = {ng, nu};
+        TERN_TRY(bind_group(L, gu, gu_out, 2, E, p->mlp_bias, gu_parts, &ly->gate_up_proj));
+    }
+    return bind_kind(L, sh ? TT_SHARED_DOWN : TT_DOWN, i, E, F, p->mlp_bias, &ly->down_proj);
+}
+
+/* An input norm and, for LayerNorms with bias, its bias. */
+static enum tern_status bind_norm_b(struct loader *L, enum tern_tensor_kind kind,
+                                    enum tern_tensor_kind bias_kind, int32_t layer,
+                                    struct tern_dtensor *w, struct tern_dtensor *b)
+{
+    int64_t E = L->hp->hidden_size;
+    char name[256];
+    TERN_TRY(bind_norm(L, kind, layer, E, w));
+    if (!L->hp->norm_bias) return TERN_OK;
+    return bind_vec(L, tensor_name(L, bias_kind, layer, "", name, sizeof name), E, b);
 }
 
 static enum tern_status bind_layer(struct loader *L, int32_t i, const struct tern_layer_plan *p,
                                    struct tern_layer *ly)
 {
     const struct tern_hparams *hp = L->hp;
-    int64_t E = hp->hidden_size, F = p->intermediate, P = hp->per_layer_dim;
-    TERN_TRY(bind_norm(L, TT_ATTN_NORM, i, E, &ly->attn_norm));
+    int64_t E = hp->hidden_size, P = hp->per_layer_dim;
+    if (!p->no_input_norms)
+        TERN_TRY(bind_norm_b(L, TT_ATTN_NORM, TT_ATTN_NORM_BIAS, i, &ly->attn_norm,
+                             &ly->attn_norm_bias));
     if (p->attn_post_norm) TERN_TRY(bind_norm(L, TT_ATTN_POST_NORM, i, E, &ly->attn_post_norm));
-    TERN_TRY(bind_norm(L, TT_FFN_NORM, i, E, &ly->ffn_norm));
+    if (!p->no_input_norms && !p->parallel)
+        TERN_TRY(bind_norm_b(L, TT_FFN_NORM, TT_FFN_NORM_BIAS, i, &ly->ffn_norm,
+                             &ly->ffn_norm_bias));
     if (p->ffn_post_norm) TERN_TRY(bind_norm(L, TT_FFN_POST_NORM, i, E, &ly->ffn_post_norm));
     TERN_TRY(bind_attention(L, i, p, ly));
-    if (p->ffn != TERN_FFN_MOE) { /* the MLP (Qwen2-MoE's experts layers: the shared expert) */
-        bool sh = p->ffn == TERN_FFN_MLP_MOE && p->moe.shared_expert;
-        char ng[256], nu[256];
-        tensor_name(L, sh ? TT_SHARED_GATE : TT_GATE, i, "", ng, sizeof ng);
-        tensor_name(L, sh ? TT_SHARED_UP : TT_UP, i, "", nu, sizeof nu);
-        const char *gu[2] = {ng, nu};
-        const int64_t gu_out[2] = {F, F};
-        struct tern_linear *const gu_parts[2] = {&ly->gate_proj, &ly->up_proj};
-        TERN_TRY(bind_group(L, gu, gu_out, 2, E, p->mlp_bias, gu_parts, &ly->gate_up_proj));
-        TERN_TRY(bind_kind(L, sh ? TT_SHARED_DOWN : TT_DOWN, i, E, F, p->mlp_bias,
-                           &ly->down_proj));
-    }
+    if (p->ffn != TERN_FFN_MOE) TERN_TRY(bind_mlp(L, i, p, ly));
     if (p->ffn != TERN_FFN_MLP) TERN_TRY(tern_load_moe_layer(L, i, p, ly));
     char name[256];
     if (p->layer_scalar)
@@ -549,6 +642,7 @@ static enum tern_status find_prefix(struct loader *L)
         {"model.language_model.", ""},                   /* transformers 5 multimodal */
         {"language_model.model.", "language_model."},    /* earlier multimodal, MLX */
         {"model.language_model.model.", "model.language_model."},
+        {"", ""}, /* a base model's own names (XxxModel): Qwen3-Embedding, sentence-transformers */
     };
     char name[256];
     for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
@@ -564,7 +658,7 @@ static enum tern_status find_prefix(struct loader *L)
         return tern_error(TERN_E_FORMAT, "%s: no embedding tensor %s", src_path(L),
                           lbl(L, name));
     return tern_error(TERN_E_FORMAT, "%s: no embedding tensor %s (nor under "
-                      "'model.language_model.' or 'language_model.model.')",
+                      "'model.language_model.', 'language_model.model.' or no prefix)",
                       src_path(L), lbl(L, name));
 }
 
@@ -627,10 +721,18 @@ static enum tern_status bind_head(struct loader *L)
     const struct tern_hparams *hp = L->hp;
     struct tern_weights *w = L->w;
     char name[256];
-    TERN_TRY(bind_norm(L, TT_NORM, -1, hp->hidden_size, &w->norm));
+    TERN_TRY(bind_norm_b(L, TT_NORM, TT_NORM_BIAS, -1, &w->norm, &w->norm_bias));
     tensor_name(L, TT_LM_HEAD, -1, ".weight", name, sizeof name);
     if (hp->tie_word_embeddings && !tern_wsource_has(L->ws, name)) {
         w->lm_head = w->embed_tokens;
+        return TERN_OK;
+    }
+    if (!*L->prefix && !tern_wsource_has(L->ws, name)) {
+        /* A base model saved under its own names has no language-model head
+         * (Qwen3-Embedding-8B says tie_word_embeddings false and ships
+         * none): it computes hidden states (embeddings), never logits. */
+        tern_log(TERN_LOG_INFO, "%s: no %s: the model has no language-model head", src_path(L),
+                 name);
         return TERN_OK;
     }
     return bind_kind(L, TT_LM_HEAD, -1, hp->vocab_size, hp->hidden_size, false, &w->lm_head);
@@ -664,17 +766,11 @@ static bool env_on(const char *name)
     return e && *e && strcmp(e, "0") != 0;
 }
 
-enum tern_status tern_weights_load(struct tern_model_core *m, struct tern_wsource *ws,
-                                   const struct tern_json_doc *cfg, bool progress)
+/* Binds (or with L->dry checks) every tensor the plans need. */
+static enum tern_status load(struct tern_model_core *m, struct loader *Lp, bool progress)
 {
+    struct loader L = *Lp;
     struct tern_weights *w = &m->w;
-    memset(w, 0, sizeof *w);
-    struct loader L = {
-        .be = m->be, .ws = ws, .cfg = cfg, .fam = m->arch->family, .hp = &m->hp, .w = w,
-        .progress = progress, .n_total = tern_wsource_n_tensors(ws), .t0 = tern_now_ns(),
-        .fuse_ok = m->be->device != TERN_DEVICE_CPU, .norm_dtype = -1,
-        .ggml_bf16 = env_on("TERN_GGML_BF16"),
-    };
     TERN_TRY(find_quant(&L));
     TERN_TRY(find_prefix(&L));
     w->layers = tern_calloc((size_t)m->hp.num_hidden_layers, sizeof *w->layers);
@@ -687,7 +783,7 @@ enum tern_status tern_weights_load(struct tern_model_core *m, struct tern_wsourc
         if (progress) fputc('\n', stderr);
         return st;
     }
-    report_ggml(&L);
+    if (!L.dry) report_ggml(&L);
     bool packed = w->quant_bits || w->embed_tokens.ggml_type;
     w->dtype = packed && L.norm_dtype >= 0 ? (enum tern_dtype)L.norm_dtype
                                            : w->embed_tokens.weight.dtype;
@@ -759,9 +855,34 @@ enum tern_status tern_load_kind(struct loader *L, enum tern_tensor_kind kind, in
     return bind_kind(L, kind, layer, out, in, has_bias, lin);
 }
 
+enum tern_status tern_weights_load(struct tern_model_core *m, struct tern_wsource *ws,
+                                   const struct tern_json_doc *cfg, bool progress)
+{
+    memset(&m->w, 0, sizeof m->w);
+    struct loader L = {
+        .be = m->be, .ws = ws, .cfg = cfg, .fam = m->arch->family, .hp = &m->hp, .w = &m->w,
+        .progress = progress, .n_total = tern_wsource_n_tensors(ws), .t0 = tern_now_ns(),
+        .fuse_ok = m->be->device != TERN_DEVICE_CPU, .norm_dtype = -1,
+        .ggml_bf16 = env_on("TERN_GGML_BF16"),
+    };
+    return load(m, &L, progress);
+}
+
+enum tern_status tern_weights_check(struct tern_model_core *m, struct tern_wsource *ws,
+                                    const struct tern_json_doc *cfg)
+{
+    memset(&m->w, 0, sizeof m->w);
+    struct loader L = {
+        .ws = ws, .cfg = cfg, .fam = m->arch->family, .hp = &m->hp, .w = &m->w,
+        .n_total = tern_wsource_n_tensors(ws), .t0 = tern_now_ns(), .dry = true,
+        .norm_dtype = -1,
+    };
+    return load(m, &L, false);
+}
+
 void tern_weights_free(struct tern_backend *be, struct tern_weights *w)
 {
-    for (size_t i = 0; i < w->n_bufs; i++) be->ops->buf_free(be, w->bufs[i]);
+    for (size_t i = 0; i < w->n_bufs && be; i++) be->ops->buf_free(be, w->bufs[i]);
     tern_free(w->bufs);
     tern_free(w->layers);
     memset(w, 0, sizeof *w);

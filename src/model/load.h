@@ -35,6 +35,7 @@ struct loader {
     size_t n_done, n_total;
     uint64_t t0;
     bool fuse_ok;      /* device backend: fuse q/k/v and gate/up */
+    bool dry;          /* tern_weights_check: tensors found and checked, nothing bound */
     struct slot *fuse; /* non-NULL while binding a fused group (SLOT_N slots) */
     struct slot *slot; /* where bind() uploads the tensor it is binding, or NULL */
     int norm_dtype;    /* the first norm's dtype in the file (the model's dtype), or -1 */

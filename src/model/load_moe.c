@@ -17,7 +17,8 @@
  * (weight, scales and biases are all [rows, ...]), so expert e of a
  * quantized stack is its rows, and every expert of a stack must share one
  * format (dtype, or bits, group size and scale dtype), checked here. ggml
- * block types are not taken for experts. Depends on load.h.
+ * block types are not taken for experts. Under tern_weights_check (L->dry)
+ * every tensor is found and checked and nothing is bound. Depends on load.h.
  */
 #include "model/load.h"
 
@@ -127,6 +128,10 @@ static enum tern_status stack_alloc(struct loader *L, const struct src *first, i
     st->lin = lin;
     for (int k = 0; k < (first->q.bits ? 3 : 1); k++) {
         size_t n = tern_dtensor_bytes(t[k]);
+        if (L->dry) { /* tern_weights_check: shapes and formats only */
+            L->w->n_bytes += (int64_t)n;
+            continue;
+        }
         TERN_TRY(L->be->ops->buf_alloc(L->be, n, &t[k]->buf));
         enum tern_status e = tern_load_track(L, t[k]->buf);
         if (e != TERN_OK) {
@@ -150,7 +155,7 @@ static enum tern_status stack_put(struct loader *L, struct stack *st, const stru
                           tern_load_path(L), module);
     const struct tern_wview *v[3] = {&s->w, &s->s, &s->b};
     struct tern_dtensor *t[3] = {&st->lin->weight, &st->lin->scales, &st->lin->biases};
-    for (int k = 0; k < (s->q.bits ? 3 : 1); k++) {
+    for (int k = 0; k < (s->q.bits ? 3 : 1) && !L->dry; k++) {
         size_t row_bytes = v[k]->v.n_bytes / (size_t)s->rows;
         struct tern_dtensor dst = *t[k];
         dst.offset = st->off[k];

@@ -22,7 +22,7 @@ static enum tern_status check_plan(const struct tern_json_doc *cfg, const struct
         return tern_error(TERN_E_FORMAT, "%s: layer %d: %d heads, %d kv heads of head_dim %d "
                           "(heads a multiple of kv heads, head_dim even and at most 1024)",
                           cfg->path, l, a->n_heads, a->n_kv_heads, a->head_dim);
-    if (p->rope < 0 || p->rope >= hp->n_ropes)
+    if (p->rope < -1 || p->rope >= hp->n_ropes)
         return tern_error(TERN_E_INTERNAL, "layer %d: rope %d of %d", l, p->rope, hp->n_ropes);
     if (p->kv_source < 0 || p->kv_source > l)
         return tern_error(TERN_E_FORMAT, "%s: layer %d reads the K/V of layer %d", cfg->path, l,
@@ -37,6 +37,10 @@ static enum tern_status check_plan(const struct tern_json_doc *cfg, const struct
     if (a->sliding_window < 0 || (p->ffn != TERN_FFN_MOE && p->intermediate < 1))
         return tern_error(TERN_E_FORMAT, "%s: layer %d: window %d, intermediate %lld", cfg->path,
                           l, a->sliding_window, (long long)p->intermediate);
+    if ((p->qk_norm && p->qk_norm_full) || (p->mlp_plain && p->act != TERN_ACT_GELU_TANH &&
+                                             p->act != TERN_ACT_SILU) ||
+        (p->parallel && (p->no_input_norms || p->ffn_post_norm || p->attn_post_norm)))
+        return tern_error(TERN_E_INTERNAL, "layer %d: inconsistent plan", l);
     const struct tern_moe_plan *mp = &p->moe;
     if (p->ffn != TERN_FFN_MLP &&
         (mp->n_experts < 1 || mp->n_experts > 65536 || mp->top_k < 1 ||
@@ -48,9 +52,27 @@ static enum tern_status check_plan(const struct tern_json_doc *cfg, const struct
     return TERN_OK;
 }
 
+/* Rope r's table for a forward state whose sequences reach `context`
+ * tokens: geometry from the model's, inv_freq a new buffer. */
+enum tern_status tern_model_rope_make(struct tern_model_core *m, int32_t r, int64_t context,
+                                      struct tern_rope *out)
+{
+    float inv[512];
+    *out = m->ropes[r];
+    memset(&out->inv_freq, 0, sizeof out->inv_freq);
+    int32_t half = out->rotary_dim / 2;
+    tern_rope_inv_freq(&m->hp.ropes[r], out->head_dim, out->rotary_dim, context, inv, &out->mscale);
+    TERN_TRY(tern_dtensor_alloc(m->be, TERN_DTYPE_F32, 1, (int64_t[]){half}, &out->inv_freq));
+    enum tern_status st =
+        m->be->ops->upload(m->be, &out->inv_freq, inv, (size_t)half * sizeof(float));
+    if (st != TERN_OK) tern_dtensor_free(m->be, &out->inv_freq);
+    return st;
+}
+
 /* One rope table per rope of the config, at the head_dim of the layers
- * that use it (they must agree). */
-static enum tern_status ropes_init(const struct tern_json_doc *cfg, struct tern_model_core *m)
+ * that use it (they must agree); make false: only the checks. */
+static enum tern_status ropes_init(const struct tern_json_doc *cfg, struct tern_model_core *m,
+                                   bool make)
 {
     const struct tern_hparams *hp = &m->hp;
     for (int32_t r = 0; r < hp->n_ropes; r++) {
@@ -71,15 +93,19 @@ static enum tern_status ropes_init(const struct tern_json_doc *cfg, struct tern_
             rc->partial_rotary_factor > 1)
             return tern_error(TERN_E_FORMAT, "%s: partial_rotary_factor %g gives rotary dim %d of "
                               "head_dim %d", cfg->path, rc->partial_rotary_factor, rot, hd);
-        float inv[512];
+        if (rc->kind == TERN_ROPE_LONGROPE && rc->n_factors != rot / 2)
+            return tern_error(TERN_E_FORMAT, "%s: rope long_factor / short_factor have %d "
+                              "entries, the rotary dim %d needs %d", cfg->path, rc->n_factors, rot,
+                              rot / 2);
         struct tern_rope *rope = &m->ropes[r];
         rope->head_dim = hd;
         rope->rotary_dim = rot;
-        rope->interleaved = false;
-        tern_rope_inv_freq(rc, hd, rot, inv, &rope->mscale);
-        TERN_TRY(tern_dtensor_alloc(m->be, TERN_DTYPE_F32, 1, (int64_t[]){rot / 2},
-                                    &rope->inv_freq));
-        TERN_TRY(m->be->ops->upload(m->be, &rope->inv_freq, inv, (size_t)(rot / 2) * sizeof(float)));
+        rope->interleaved = rc->interleaved;
+        rope->mscale = 1.0f;
+        /* a rope that depends on the context gets its table per forward state */
+        m->rope_by_context[r] = tern_rope_cfg_by_context(rc);
+        if (make && !m->rope_by_context[r])
+            TERN_TRY(tern_model_rope_make(m, r, rc->max_pos, rope));
     }
     return TERN_OK;
 }
@@ -115,8 +141,11 @@ static enum tern_status kv_groups(struct tern_model_core *m)
 bool tern_model_is_plain(const struct tern_model_core *m)
 {
     const struct tern_hparams *hp = &m->hp;
-    if (hp->embed_scale > 0 || hp->final_softcap > 0 || hp->per_layer_dim || hp->norm_plus_one)
+    if (hp->embed_scale > 0 || hp->final_softcap > 0 || hp->per_layer_dim || hp->norm_plus_one ||
+        hp->logit_scale > 0 || hp->norm != TERN_NORM_RMS)
         return false;
+    for (int32_t r = 0; r < hp->n_ropes; r++)
+        if (m->rope_by_context[r]) return false;
     for (int32_t l = 0; l < hp->num_hidden_layers; l++) {
         const struct tern_layer_plan *p = &m->plans[l], *p0 = &m->plans[0];
         if (p->attn.sliding_window || p->attn.softcap != 0.0f || p->v_norm || p->k_eq_v ||
@@ -124,7 +153,8 @@ bool tern_model_is_plain(const struct tern_model_core *m)
             p->layer_scalar || p->per_layer_input || p->rope != 0 || p->ffn != TERN_FFN_MLP ||
             p->attn.n_heads != p0->attn.n_heads || p->attn.n_kv_heads != p0->attn.n_kv_heads ||
             p->attn.head_dim != p0->attn.head_dim || p->intermediate != p0->intermediate ||
-            p->qk_norm != p0->qk_norm ||
+            p->qk_norm != p0->qk_norm || p->qk_norm_full || p->no_input_norms || p->parallel ||
+            (p->residual_scale != 0.0f && p->residual_scale != 1.0f) || p->mlp_plain ||
             p->attn.scale != 1.0f / sqrtf((float)p->attn.head_dim))
             return false;
     }
@@ -139,7 +169,8 @@ static void step_prepare(struct tern_model_core *m)
 {
     const struct tern_backend_ops *ops = m->be->ops;
     const struct tern_hparams *hp = &m->hp;
-    if (!ops->step_prepare || !ops->step_run || m->be->deterministic) return;
+    if (!ops->step_prepare || !ops->step_run || m->be->deterministic || !m->w.lm_head.weight.buf)
+        return;
     if (!tern_model_is_plain(m)) {
         tern_log(TERN_LOG_INFO, "forward: decode runs op by op (layers other than the plain "
                  "llama block)");
@@ -241,7 +272,7 @@ enum tern_status tern_model_core_load(struct tern_wsource *ws, const struct tern
         char path[512];
         struct tern_json_doc tc = text_config(cfg, path, sizeof path);
         st = tern_weights_load(m, ws, cfg, progress); /* quantization is top-level */
-        if (st == TERN_OK) st = ropes_init(&tc, m);
+        if (st == TERN_OK) st = ropes_init(&tc, m, true);
     }
     if (st != TERN_OK) {
         tern_model_core_free(m);
@@ -251,6 +282,17 @@ enum tern_status tern_model_core_load(struct tern_wsource *ws, const struct tern
     return TERN_OK;
 }
 
+enum tern_status tern_model_core_check(struct tern_wsource *ws, const struct tern_json_doc *cfg,
+                                       struct tern_model_core *m)
+{
+    memset(m, 0, sizeof *m);
+    TERN_TRY(plan_model(cfg, m));
+    char path[512];
+    struct tern_json_doc tc = text_config(cfg, path, sizeof path);
+    TERN_TRY(tern_weights_check(m, ws, cfg));
+    return ropes_init(&tc, m, false);
+}
+
 void tern_model_core_free(struct tern_model_core *m)
 {
     if (m->be) {
@@ -258,6 +300,8 @@ void tern_model_core_free(struct tern_model_core *m)
         for (int r = 0; r < TERN_MAX_ROPES; r++) tern_dtensor_free(m->be, &m->ropes[r].inv_freq);
         tern_weights_free(m->be, &m->w);
         tern_backend_destroy(m->be);
+    } else {
+        tern_weights_free(NULL, &m->w); /* a check's: descriptions only */
     }
     tern_free(m->plans);
     tern_free(m->layer_group);

@@ -44,7 +44,11 @@ enum tern_rope_kind {
     TERN_ROPE_LLAMA3,
     TERN_ROPE_YARN,
     TERN_ROPE_PROPORTIONAL, /* Gemma 4: the first rot/2 pairs rotate, the rest do not */
+    TERN_ROPE_LONGROPE,     /* Phi 3: short or long per-pair factors, chosen by the context */
+    TERN_ROPE_DYNAMIC,      /* dynamic NTK: theta grows with a context past max_position_embeddings */
 };
+
+#define TERN_ROPE_MAX_FACTORS 256
 
 /* One rotary embedding as config.json describes it (rope_scaling or
  * rope_parameters), before frequencies are computed. */
@@ -58,7 +62,17 @@ struct tern_rope_cfg {
     double yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
     double yarn_attention_factor; /* <= 0: derived */
     bool yarn_truncate;
+    bool interleaved; /* pairs (2i, 2i + 1) rotate (GLM 4, Cohere, ERNIE 4.5); else (i, i + rot/2) */
+    int32_t max_pos;  /* max_position_embeddings: longrope's implicit factor, dynamic's threshold */
+    /* longrope: one factor per rotated pair; attention factor <= 0: derived */
+    int32_t n_factors;
+    float short_factor[TERN_ROPE_MAX_FACTORS], long_factor[TERN_ROPE_MAX_FACTORS];
+    double longrope_attention_factor;
 };
+
+/* Whether a rope's frequencies depend on the context a forward state is
+ * sized for (longrope, dynamic NTK): tern_rope_inv_freq's `context`. */
+bool tern_rope_cfg_by_context(const struct tern_rope_cfg *rc);
 
 #define TERN_MAX_ROPES 4
 #define TERN_MAX_LAYERS 512
@@ -103,17 +117,28 @@ struct tern_moe_plan {
 /* The most experts a token may be routed to (top_k). */
 #define TERN_MOE_MAX_K 32
 
+/* The normalisation of the residual stream (input, post and final norms). */
+enum tern_norm_kind {
+    TERN_NORM_RMS,   /* x / rms(x) * w */
+    TERN_NORM_LAYER, /* (x - mean) / std * w (+ b with norm_bias) */
+};
+
 /* What one layer computes. The layer runs
  *
- *   h = norm(x, attn_norm)
- *   a = o_proj(attention(q, k, v))          q/k/v from h; per plan: head norms,
- *                                           rope, window, softcap, shared KV
+ *   h = norm(x, attn_norm)                  (no_input_norms: h = x)
+ *   a = o_proj(attention(q, k, v))          q/k/v from h; per plan: head norms
+ *                                           (per head or full width), rope (or
+ *                                           none), window, softcap, shared KV
  *   a = norm(a, attn_post_norm)             when attn_post_norm
+ *   a = a * residual_scale                  when residual_scale (Granite, MiniCPM)
  *   x = x + a
- *   h = norm(x, ffn_norm)
- *   f = down(act(gate h) * (up h))          ffn: the MLP, experts, or both
+ *   h = norm(x, ffn_norm)                   (no_input_norms: h = x; parallel:
+ *                                           h stays the attention's input)
+ *   f = down(act(gate h) * (up h))          (mlp_plain: down(act(up h)));
+ *                                           ffn: the MLP, experts, or both
  *                                           (struct tern_moe_plan)
  *   f = norm(f, ffn_post_norm)              when ffn_post_norm
+ *   f = f * residual_scale                  when residual_scale
  *   x = x + f
  *   x = x + per_layer_input block           when per_layer_input (Gemma 4)
  *   x = x * layer_scalar                    when layer_scalar (Gemma 4)
@@ -121,19 +146,24 @@ struct tern_moe_plan {
 struct tern_layer_plan {
     /* attention */
     struct tern_attn_params attn; /* heads, kv heads, head_dim, scale, window, softcap */
-    int32_t rope;                 /* index into tern_hparams.ropes */
+    int32_t rope;                 /* index into tern_hparams.ropes, or -1: no rope (NoPE) */
     bool qkv_bias, o_bias;
     bool qk_norm;      /* per-head RMSNorm of q and k (q_norm, k_norm weights) */
+    bool qk_norm_full; /* RMSNorm of all of q and all of k (OLMo 2: weights [QD], [KD]) */
     bool v_norm;       /* per-head RMSNorm of v, no weight (Gemma 4) */
     bool k_eq_v;       /* no v_proj: the values are the raw key projection */
     int32_t kv_source; /* the layer whose K/V this one reads (itself unless shared) */
     /* norms around the blocks */
     bool attn_post_norm, ffn_post_norm;
+    bool no_input_norms; /* the blocks read x itself: no attn_norm / ffn_norm (OLMo 2) */
+    bool parallel;       /* the MLP reads the attention's input norm: x += a + f (Cohere) */
+    float residual_scale; /* each block's output times this as it joins x (0: 1) */
     /* feed-forward */
     enum tern_ffn ffn;     /* TERN_FFN_MLP (0) unless the family plans experts */
     int64_t intermediate;  /* the MLP's (unused with TERN_FFN_MOE) */
     enum tern_act act;
     bool mlp_bias;
+    bool mlp_plain; /* no gate: f = down(act(up h)) (Starcoder 2) */
     struct tern_moe_plan moe;
     /* extras */
     bool layer_scalar;
@@ -152,11 +182,14 @@ struct tern_hparams {
     int32_t head_dim;
     int32_t vocab_size;
     int32_t max_position_embeddings;
-    float rms_norm_eps;
+    float rms_norm_eps;     /* the norms' eps, whatever their kind and key */
+    enum tern_norm_kind norm;
+    bool norm_bias;         /* LayerNorms add a bias */
     bool tie_word_embeddings;
     float embed_scale;      /* embeddings times this (0: not scaled) */
     bool embed_scale_bf16_mlx; /* mlx-lm rounds it to bf16 (its gemma3): so do MLX snapshots */
     float final_softcap;    /* logits = c * tanh(logits / c) (0: none) */
+    float logit_scale;      /* logits times this, before the softcap (0: not scaled) */
     bool norm_plus_one;     /* every RMSNorm weight applies as (1 + w) (Gemma) */
     int32_t per_layer_dim;  /* Gemma 4 per-layer inputs: width per layer (0: none) */
     int32_t per_layer_vocab; /* rows of their embedding table */
@@ -177,9 +210,13 @@ enum tern_status tern_hparams_read(const struct tern_json_doc *cfg, const struct
                                    struct tern_hparams *hp);
 
 /* Fills inv_freq[rotary_dim / 2] and the attention factor (mscale) of a
- * rope, exactly as transformers computes them (float32). */
+ * rope, exactly as transformers computes them (float32). `context` is the
+ * sequence length the frequencies are for where they depend on it
+ * (tern_rope_cfg_by_context): longrope takes its long factors when it is
+ * more than original_max_position_embeddings, dynamic NTK grows theta when
+ * it is more than max_position_embeddings (transformers' seq_len). */
 void tern_rope_inv_freq(const struct tern_rope_cfg *rc, int32_t head_dim, int32_t rotary_dim,
-                        float *inv_freq, float *mscale);
+                        int64_t context, float *inv_freq, float *mscale);
 
 /* Quantization settings of one linear (MLX affine); bits == 0 for dense. */
 struct tern_quant_cfg {
@@ -199,9 +236,10 @@ struct tern_layer {
     struct tern_linear k_proj;          /* [KD, E] */
     struct tern_linear v_proj;          /* [KD, E] (k_eq_v: the same as k_proj) */
     struct tern_linear o_proj;          /* [E, QD] */
-    struct tern_dtensor q_norm, k_norm; /* [head_dim] */
-    struct tern_linear gate_proj;       /* [F, E] */
-    struct tern_linear up_proj;         /* [F, E] */
+    struct tern_dtensor q_norm, k_norm; /* [head_dim] (qk_norm_full: [QD], [KD]) */
+    struct tern_dtensor attn_norm_bias, ffn_norm_bias; /* [E] LayerNorm biases (norm_bias) */
+    struct tern_linear gate_proj;       /* [F, E] (mlp_plain: none) */
+    struct tern_linear up_proj;         /* [F, E] (mlp_plain: c_fc) */
     struct tern_linear down_proj;       /* [E, F] */
     struct tern_dtensor layer_scalar;   /* [1] */
     struct tern_linear pli_gate;        /* [P, E] per_layer_input_gate */
@@ -216,9 +254,10 @@ struct tern_layer {
     struct tern_dtensor mlp_post_norm; /* [E] own_norms: post_feedforward_layernorm_1 */
     struct tern_dtensor moe_pre_norm;  /* [E] pre_feedforward_layernorm_2 */
     struct tern_dtensor moe_post_norm; /* [E] post_feedforward_layernorm_2 */
-    /* Device backends: q|k|v and gate|up in one linear each when their
-     * formats agree (load.c); the parts above are then views of its rows.
-     * weight.buf == NULL: not fused. */
+    /* q|k|v and gate|up in one linear each, as the snapshot stores them
+     * (Phi 3: qkv_proj, gate_up_proj) or, on device backends, fused at load
+     * when their formats agree (load.c); the parts above are then views of
+     * its rows. weight.buf == NULL: not fused. */
     struct tern_linear qkv_proj;     /* [QD + 2 KD, E] (k_eq_v: q | k | k) */
     struct tern_linear gate_up_proj; /* [2 F, E] */
 };
@@ -227,7 +266,9 @@ struct tern_weights {
     struct tern_linear embed_tokens; /* [vocab, hidden] */
     struct tern_layer *layers;       /* [num_hidden_layers] */
     struct tern_dtensor norm;        /* [hidden] */
-    struct tern_linear lm_head;      /* [vocab, hidden] (== embed_tokens when tied) */
+    struct tern_dtensor norm_bias;   /* [hidden] (norm_bias) */
+    struct tern_linear lm_head;      /* [vocab, hidden] (== embed_tokens when tied; weight.buf
+                                      * NULL for a headless base model: no logits) */
     /* Gemma 4 per-layer inputs (per_layer_dim P, L layers) */
     struct tern_linear embed_per_layer;    /* [vocab, L P] embed_tokens_per_layer */
     struct tern_linear pli_model_proj;     /* [L P, hidden] per_layer_model_projection */
@@ -251,7 +292,11 @@ struct tern_model_core {
     struct tern_layer_plan *plans; /* [num_hidden_layers] */
     struct tern_backend *be;       /* owned */
     struct tern_weights w;
-    struct tern_rope ropes[TERN_MAX_ROPES]; /* inv_freq buffers owned here */
+    /* The ropes' tables, inv_freq owned here; a rope whose frequencies
+     * depend on the context (rope_by_context) has none: each forward state
+     * makes its own (tern_fwd_init). */
+    struct tern_rope ropes[TERN_MAX_ROPES];
+    bool rope_by_context[TERN_MAX_ROPES];
     /* KV groups (model.c): the layers that own K/V, grouped by window (full
      * attention first, then each sliding window): each group is one pool of
      * blocks with its own block tables (kv/kv.h, sched/sched.h), so a
@@ -273,6 +318,14 @@ enum tern_status tern_model_core_load(struct tern_wsource *ws, const struct tern
                                       struct tern_model_core *m);
 void tern_model_core_free(struct tern_model_core *m);
 
+/* tern_model_core_load without a backend or any weight's bytes: reads
+ * config.json, plans and checks the layers and ropes, and finds every
+ * tensor the plans need in the source with the dtype and shape the config
+ * implies (w holds their descriptions, n_unused the tensors left over).
+ * The same errors as a load's; free m with tern_model_core_free. */
+enum tern_status tern_model_core_check(struct tern_wsource *ws, const struct tern_json_doc *cfg,
+                                       struct tern_model_core *m);
+
 /* True when every layer is the plain llama block (pre-norm attention and
  * SwiGLU MLP, one geometry, no post norms, softcaps, scalars, window or
  * shared KV, no embedding scale): the shape the backends' whole-step
@@ -283,7 +336,10 @@ bool tern_model_is_plain(const struct tern_model_core *m);
  * against the config) and makes backend buffers for them (load.c). */
 enum tern_status tern_weights_load(struct tern_model_core *m, struct tern_wsource *ws,
                                    const struct tern_json_doc *cfg, bool progress);
-void tern_weights_free(struct tern_backend *be, struct tern_weights *w);
+/* tern_weights_load's checks alone (no backend: be may be NULL in m). */
+enum tern_status tern_weights_check(struct tern_model_core *m, struct tern_wsource *ws,
+                                    const struct tern_json_doc *cfg);
+void tern_weights_free(struct tern_backend *be, struct tern_weights *w); /* be NULL: no buffers */
 
 /* One captured decode forward (see tern_model_forward_graph). */
 struct tern_fwd_graph {
@@ -294,8 +350,10 @@ struct tern_fwd_graph {
 #define TERN_FWD_MAX_GRAPHS 64
 
 /* Scratch for forwards of up to max_tokens tokens from up to max_seqs
- * sequences, and up to max_logits logits rows. Allocated once, each buffer
- * as wide as the widest layer needs. */
+ * sequences of up to `context` tokens, and up to max_logits logits rows.
+ * Allocated once, each buffer as wide as the widest layer needs. The ropes
+ * that depend on the context (longrope, dynamic NTK) are made for
+ * `context`: a forward state never mixes two tables in one cache. */
 struct tern_fwd {
     int32_t max_tokens, max_seqs, max_blocks_per_seq, max_logits;
     int32_t n_groups; /* the model's KV groups */
@@ -322,6 +380,11 @@ struct tern_fwd {
     struct tern_dtensor logits;   /* [max_logits, vocab] F32 */
     struct tern_dtensor ids_out;  /* [max_logits] I32 (argmax) */
     struct tern_dtensor meta;     /* I32 batch arrays at fixed offsets (forward.c, META_*) */
+    /* The ropes the layers use: the model's, or for a rope that depends on
+     * the context, one made for this state's context (max_blocks_per_seq *
+     * block_size tokens a sequence), owned (rope_owned). */
+    struct tern_rope ropes[TERN_MAX_ROPES];
+    bool rope_owned[TERN_MAX_ROPES];
     int32_t *meta_host;           /* the same layout on the host, uploaded in one copy */
     struct tern_batch host_view;  /* the batch as ops see it (block tables repacked) */
     struct tern_batch_dev batch;  /* KV group 0's view (and the tokens, positions, ...) */
@@ -340,11 +403,22 @@ struct tern_fwd {
      * batch.token_ids[0] (the next step's input: pass &batch.token_ids as
      * ids_dev) and in ids_at[pos + 1]: no argmax op is needed. */
     bool argmax_fused;
+    /* Set by the caller before a forward: after the layers (and the
+     * logits) the final norm also runs over every token's row, leaving the
+     * final hidden states (what transformers calls last_hidden_state) in
+     * `residual`, [n_tokens, hidden] F32 on every backend, for pooling into
+     * embeddings. Such a forward runs op by op (no step op, no graph). */
+    bool want_hidden;
 };
 
 enum tern_status tern_fwd_init(struct tern_model_core *m, int32_t max_tokens, int32_t max_seqs,
                                int32_t max_blocks_per_seq, int32_t max_logits, int32_t block_size,
-                               struct tern_fwd *f);
+                               int64_t context, struct tern_fwd *f);
+
+/* Rope r's table for sequences of up to `context` tokens: the model's
+ * geometry, a new inv_freq buffer (the caller frees it). */
+enum tern_status tern_model_rope_make(struct tern_model_core *m, int32_t r, int64_t context,
+                                      struct tern_rope *out);
 void tern_fwd_deinit(struct tern_model_core *m, struct tern_fwd *f);
 
 /* The KV cache of a model: a K and a V tensor per layer that owns its K/V
@@ -364,7 +438,9 @@ void tern_kv_cache_deinit(struct tern_model_core *m, struct tern_kv_cache *kv);
 
 /* Runs the decoder over one ragged batch: writes the batch's K/V into the
  * cache and leaves logits of the rows in batch->logits_idx in f->logits
- * (device memory, [n_logits, vocab] F32). */
+ * (device memory, [n_logits, vocab] F32), and with f->want_hidden every
+ * row's final hidden state in f->residual. A model without a head takes no logits
+ * rows (TERN_E_UNSUPPORTED). */
 enum tern_status tern_model_forward(struct tern_model_core *m, struct tern_fwd *f,
                                     struct tern_kv_cache *kv, const struct tern_batch *batch);
 

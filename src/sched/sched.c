@@ -46,6 +46,7 @@ struct req {
     int32_t n_unreported; /* ended sequences not yet in a finished[] */
     bool forked;
     int32_t *stop_ids;    /* [n_stop] */
+    bool no_cache;        /* no prefix-cache hits at admission */
     struct req *prev, *next; /* live list, then the grave list */
     struct seq seqs[];    /* [n] */
 };
@@ -98,8 +99,8 @@ static enum tern_status check_params(const struct tern_sched_params *p)
                           "n_blocks (%d) and block_size (%d) must all be > 0, n_groups (%d) at "
                           "most %d", p->max_seqs, p->max_batch_tokens, p->max_context,
                           p->n_blocks, p->block_size, p->n_groups, TERN_MAX_KV_GROUPS);
-    for (int32_t g = 0; grouped && g < p->n_groups; g++)
-        if (p->group_blocks[g] <= 0 || p->group_window[g] < 0)
+    for (int32_t g = 0; g < p->n_groups; g++)
+        if ((grouped && p->group_blocks[g] <= 0) || p->group_window[g] < 0)
             return tern_error(TERN_E_INVALID_ARG, "sched: KV group %d has %d blocks, window %d",
                               g, p->group_blocks[g], p->group_window[g]);
     return TERN_OK;
@@ -130,7 +131,7 @@ enum tern_status tern_sched_create(const struct tern_sched_params *params, struc
         struct tern_kv_params kp = {params->n_groups > 1 ? params->group_blocks[g]
                                                          : params->n_blocks,
                                     params->block_size, params->enable_prefix_cache,
-                                    params->n_groups > 1 ? params->group_window[g] : 0};
+                                    params->n_groups >= 1 ? params->group_window[g] : 0};
         st = tern_kv_create(&kp, &s->kv[g]);
     }
     if (st != TERN_OK) goto fail;
@@ -319,11 +320,11 @@ enum tern_status tern_sched_check_fits(const struct tern_sched *s, int32_t n_pro
 
 static enum tern_status check_request(const struct tern_sched *s, const struct tern_sched_request *r)
 {
-    if (!r->prompt || r->n_prompt < 1 || r->max_tokens < 1 || r->n < 1 || r->n_stop < 0 ||
-        (r->n_stop > 0 && !r->stop_ids))
+    if (!r->prompt || r->n_prompt < 1 || r->max_tokens < 0 || r->n < 1 || r->n_stop < 0 ||
+        (r->n_stop > 0 && !r->stop_ids) || (r->max_tokens == 0 && r->n != 1))
         return tern_error(TERN_E_INVALID_ARG,
                           "sched: request needs a prompt of >= 1 token (got %d), max_tokens >= 1 "
-                          "(got %d), n >= 1 (got %d) and a stop id list of %d ids",
+                          "or 0 with n 1 (got %d, n %d) and a stop id list of %d ids",
                           r->n_prompt, r->max_tokens, r->n, r->n_stop);
     enum tern_status st = tern_sched_check_fits(s, r->n_prompt, r->max_tokens, r->n);
     return st == TERN_OK ? st : tern_error_prefix(st, "sched");
@@ -352,6 +353,7 @@ enum tern_status tern_sched_submit(struct tern_sched *s, const struct tern_sched
     r->n = rq->n;
     r->n_stop = rq->n_stop;
     r->stop_ids = stops;
+    r->no_cache = rq->no_prefix_cache;
     r->n_live = rq->n;
     for (int32_t i = 0; i < rq->n; i++) {
         struct seq *q = &r->seqs[i];
@@ -557,6 +559,7 @@ static void schedule_running(struct tern_sched *s)
  * blocks, short of q's last token), taken into all of them. */
 static int32_t match_prefix(struct tern_sched *s, int32_t slot, struct seq *q)
 {
+    if (q->req->no_cache) return 0;
     int32_t n = q->n_tokens - 1;
     for (;;) {
         int32_t best = n;
@@ -602,14 +605,15 @@ static void schedule_waiting(struct tern_sched *s)
 
 /* One sample row per entry whose chunk reaches the end of its tokens; n
  * rows (one per sibling) when it completes the prompt of an unforked n > 1
- * request. */
+ * request; none for a prefill-only request. */
 static void plan_samples(struct tern_sched *s)
 {
     struct tern_sched_out *o = &s->out;
     for (int32_t e = 0; e < o->n_entries; e++) {
         struct seq *q = s->ent_seq[e];
-        if (o->entries[e].start + o->entries[e].n_new != q->n_tokens) continue;
         struct req *r = q->req;
+        if (o->entries[e].start + o->entries[e].n_new != q->n_tokens || r->max_tokens == 0)
+            continue;
         int32_t n = (q->idx == 0 && !r->forked) ? r->n : 1;
         for (int32_t k = 0; k < n; k++) {
             struct seq *t = k == 0 ? q : &r->seqs[k];
@@ -738,6 +742,8 @@ void tern_sched_commit(struct tern_sched *s, const int32_t *sampled)
         const struct tern_kv_seq *t = &s->tables[0][q->slot];
         if (q->idx == 0 && !q->req->forked && q->req->n > 1 && t->n_computed == q->n_tokens)
             fork_siblings(s, q);
+        else if (q->req->max_tokens == 0 && t->n_computed == q->n_tokens)
+            seq_end(s, q, TERN_SCHED_FINISH_LENGTH); /* prefill only: done */
     }
     for (int32_t r = 0; r < o->n_samples; r++) {
         struct seq *q = s->sample_seq[r];

@@ -76,10 +76,11 @@ struct tern_sched_params {
     int32_t block_size;       /* tokens per KV block */
     bool enable_prefix_cache;
     /* KV groups: layers whose K/V live differently (sliding windows) keep a
-     * pool of their own, and every sequence a block table in each. 0 or 1:
-     * one full pool of n_blocks. Otherwise group g has group_blocks[g]
-     * blocks (group 0 too: n_blocks is then ignored) and window
-     * group_window[g] (0: full attention; kv/kv.h windowed pools). A
+     * pool of their own, and every sequence a block table in each. 0: one
+     * full pool of n_blocks; 1: one pool of n_blocks with window
+     * group_window[0] (every layer slides alike). Otherwise group g has
+     * group_blocks[g] blocks (group 0 too: n_blocks is then ignored) and
+     * window group_window[g] (0: full attention; kv/kv.h windowed pools). A
      * sequence runs only when every group has its blocks; its cached prefix
      * is the longest every group can serve. */
     int32_t n_groups;
@@ -87,15 +88,23 @@ struct tern_sched_params {
     int32_t group_window[TERN_MAX_KV_GROUPS];
 };
 
-/* What a request asks for. Arrays are copied at submit. */
+/* What a request asks for. Arrays are copied at submit.
+ *
+ * A prefill-only request (max_tokens 0, n 1: an embedding) is scheduled
+ * like any prompt but has no sample row: it ends with
+ * TERN_SCHED_FINISH_LENGTH at the commit that completes its prompt, its
+ * full blocks left in the prefix cache. Its last prompt token is always
+ * computed (a prefix hit stops short of it); with no_prefix_cache every
+ * prompt token is, also after a preemption (pooling over all of them). */
 struct tern_sched_request {
     const int32_t *prompt;   /* [n_prompt] token ids, n_prompt >= 1 */
     int32_t n_prompt;
-    int32_t max_tokens;      /* >= 1 tokens to generate per sequence */
-    int32_t n;               /* completions (>= 1, <= max_seqs) */
+    int32_t max_tokens;      /* >= 1 tokens to generate per sequence; 0: prefill only */
+    int32_t n;               /* completions (>= 1, <= max_seqs; 1 when prefill only) */
     const int32_t *stop_ids; /* [n_stop] a sampled id in this set ends the sequence */
     int32_t n_stop;
     void *user;              /* the engine's per-request state, handed back in outputs */
+    bool no_prefix_cache;    /* admitted without prefix-cache hits */
 };
 
 enum tern_sched_finish {

@@ -30,7 +30,7 @@ static void test_llama_spm(void **state)
 {
     (void)state;
     char *out, *err, args[1024];
-    const char *path = TERN_DATA "/peer-tests/tokenizer-cases/llama-spm.gguf";
+    char *path = tu_data_file("peer-tests/tokenizer-cases/llama-spm.gguf");
     snprintf(args, sizeof args, "inspect --model '%s'", path);
     assert_int_equal(tern_run(args, &out, &err), 0);
     static const char *const want[] = {"(GGUF v3, alignment 32)\n",
@@ -70,6 +70,7 @@ static void test_llama_spm(void **state)
                     "(model.embed_tokens.weight)\n"));
     tern_free(out);
     tern_free(err);
+    tern_free(path);
 }
 
 static void test_no_config_and_bad(void **state)

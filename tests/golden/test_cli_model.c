@@ -32,10 +32,33 @@ static void test_inspect(void **state)
     snprintf(args, sizeof args, "inspect --model '%s' --json", dir);
     assert_int_equal(tern_run(args, &out, &err), 0);
     assert_non_null(strstr(out, "\"architecture\": \"Qwen3ForCausalLM\""));
+    assert_non_null(strstr(out, "\"supported\": true, \"family\": \"llama\""));
     assert_non_null(strstr(out, "\"unused_tensors\": 0"));
     assert_true(strstr(out, "\"device\": \"cpu\"") || strstr(out, "\"device\": \"cuda\""));
     tern_free(out);
     tern_free(err);
+    /* a model tern does not run: what it is and the first unsupported feature on stdout,
+     * the reason as the one error line, exit 1 */
+    char *tmp = tu_temp_dir("unsupported"), cmd[2048];
+    snprintf(cmd, sizeof cmd, "cp -r '%s'/. '%s'/ && sed -i 's/\"hidden_act\": \"silu\"/"
+             "\"hidden_act\": \"gelu\"/' '%s'/config.json", dir, tmp, tmp);
+    assert_int_equal(system(cmd), 0);
+    snprintf(args, sizeof args, "inspect --model '%s'", tmp);
+    assert_int_equal(tern_run(args, &out, &err), 1);
+    assert_non_null(strstr(out, "architecture     Qwen3ForCausalLM (qwen3)\nsupported        no\n"
+                                "unsupported      "));
+    assert_non_null(strstr(out, "hidden_act 'gelu' is not supported"));
+    assert_non_null(strstr(err, "hidden_act 'gelu' is not supported"));
+    tern_free(out);
+    tern_free(err);
+    snprintf(args, sizeof args, "inspect --model '%s' --json", tmp);
+    assert_int_equal(tern_run(args, &out, &err), 1);
+    assert_non_null(strstr(out, "\"supported\": false, \"unsupported\": \""));
+    tern_free(out);
+    tern_free(err);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    assert_int_equal(system(cmd), 0);
+    tern_free(tmp);
     tern_free(dir);
 }
 

@@ -134,7 +134,7 @@ static bool check_core(struct tern_model *model, const char *name)
     int32_t blocks[TERN_MAX_KV_GROUPS];
     for (int g = 0; g < TERN_MAX_KV_GROUPS; g++) blocks[g] = 1 + MAX_S * r.nb;
     assert_int_equal(tern_kv_cache_init(r.m, blocks, BS, &r.kv), TERN_OK);
-    assert_int_equal(tern_fwd_init(r.m, 256, MAX_S + 1, r.nb, 64, BS, &r.f), TERN_OK);
+    assert_int_equal(tern_fwd_init(r.m, 256, MAX_S + 1, r.nb, 64, BS, r.nb * BS, &r.f), TERN_OK);
     if (!r.f.use_graphs) fail_msg("the CUDA backend has no graph hooks");
     bool ok = true;
     int sizes[2] = {3, MAX_S - 1};

@@ -4,8 +4,9 @@
  * crossing KV block boundaries, prefill and decode sequences in one ragged
  * batch, sliding window, softcap), and batch invariance of the
  * deterministic mode (a sequence alone and inside a larger batch must give
- * bitwise equal outputs), and the fused ops (qk_rope_store, matmul_glu)
- * against the CPU and against the unfused CUDA ops.
+ * bitwise equal outputs), the fused ops (qk_rope_store, matmul_glu)
+ * against the CPU and against the unfused CUDA ops, and the generic tier's
+ * (layernorm, the activation alone, the full-width q/k norm).
  *
  * Inputs are rounded to BF16 first, so both backends see the same values
  * (the CPU computes in F32, the GPU in BF16 with F32 accumulation); outputs
@@ -341,6 +342,74 @@ static void test_gemma_ops(void **state)
     expect_close("head_rmsnorm without weight", get(gpu, &qg), get(cpu, &qc), (size_t)(T * 4 * 512),
                  TOL_BF16);
     tern_free(gu), tern_free(ga), tern_free(pl), tern_free(lg), tern_free(q);
+    free_all();
+}
+
+/* The generic tier's ops: LayerNorm with and without weight / bias (F32
+ * residual rows into BF16, BF16 in place; a hidden-size and a long row),
+ * the activation alone (act_mul with y NULL), and the full-width q/k norm
+ * (head_rmsnorm of one head as wide as all, inside the qkv rows). */
+static void test_generic_ops(void **state)
+{
+    NEED_GPU();
+    int64_t T = 5;
+    const int64_t dims[2] = {64, 3000};
+    for (int d = 0; d < 2; d++) {
+        int64_t E = dims[d], s2[2] = {T, E}, s1[1] = {E};
+        float *x = rand_vec((size_t)(T * E), 4.0f), *w = rand_vec((size_t)E, 1.0f);
+        float *b = rand_vec((size_t)E, 0.5f);
+        for (int64_t i = 0; i < T * E; i++) x[i] = bfr(x[i] + 1.5f); /* a mean to take away */
+        struct tern_dtensor xc = mk(cpu, TERN_DTYPE_F32, 2, s2, x), xg = mk(gpu, TERN_DTYPE_F32, 2, s2, x);
+        struct tern_dtensor wc = mk(cpu, TERN_DTYPE_F32, 1, s1, w), wg = mk(gpu, TERN_DTYPE_BF16, 1, s1, w);
+        struct tern_dtensor bc = mk(cpu, TERN_DTYPE_F32, 1, s1, b), bg = mk(gpu, TERN_DTYPE_BF16, 1, s1, b);
+        struct tern_dtensor oc = mk_out(cpu, TERN_DTYPE_F32, 2, s2), og = mk_out(gpu, TERN_DTYPE_BF16, 2, s2);
+        char what[64];
+        for (int k = 0; k < 3; k++) { /* weight and bias, weight only, neither */
+            const struct tern_dtensor *wcp = k < 2 ? &wc : NULL, *wgp = k < 2 ? &wg : NULL;
+            const struct tern_dtensor *bcp = k < 1 ? &bc : NULL, *bgp = k < 1 ? &bg : NULL;
+            tu_ok(cpu->ops->layernorm(cpu, &xc, wcp, bcp, 1e-5f, &oc));
+            tu_ok(gpu->ops->layernorm(gpu, &xg, wgp, bgp, 1e-5f, &og));
+            snprintf(what, sizeof what, "layernorm F32 -> BF16, dim %lld, case %d", (long long)E, k);
+            expect_close(what, get(gpu, &og), get(cpu, &oc), (size_t)(T * E), TOL_BF16);
+        }
+        /* BF16 in place (a post norm) */
+        struct tern_dtensor hg = mk(gpu, TERN_DTYPE_BF16, 2, s2, x);
+        tu_ok(cpu->ops->layernorm(cpu, &xc, &wc, &bc, 1e-5f, &xc));
+        tu_ok(gpu->ops->layernorm(gpu, &hg, &wg, &bg, 1e-5f, &hg));
+        snprintf(what, sizeof what, "layernorm BF16 in place, dim %lld", (long long)E);
+        expect_close(what, get(gpu, &hg), get(cpu, &xc), (size_t)(T * E), TOL_BF16);
+        tern_free(x), tern_free(w), tern_free(b);
+    }
+    /* a bias of the wrong length is refused */
+    int64_t s2[2] = {T, 64}, s3[1] = {32};
+    float *x = rand_vec((size_t)(T * 64), 1.0f);
+    struct tern_dtensor xg = mk(gpu, TERN_DTYPE_BF16, 2, s2, x), bad = mk(gpu, TERN_DTYPE_BF16, 1, s3, x);
+    assert_int_equal(gpu->ops->layernorm(gpu, &xg, NULL, &bad, 1e-5f, &xg), TERN_E_INVALID_ARG);
+    tern_free(x);
+    /* the activation alone, in place and into another tensor */
+    int64_t ff = 300, sf[2] = {T, ff};
+    float *u = rand_vec((size_t)(T * ff), 3.0f);
+    struct tern_dtensor uc = mk(cpu, TERN_DTYPE_F32, 2, sf, u), ug = mk(gpu, TERN_DTYPE_BF16, 2, sf, u);
+    struct tern_dtensor ac = mk_out(cpu, TERN_DTYPE_F32, 2, sf), ag = mk_out(gpu, TERN_DTYPE_BF16, 2, sf);
+    tu_ok(cpu->ops->act_mul(cpu, &uc, 0, NULL, 0, TERN_GLU_GELU_TANH, &ac));
+    tu_ok(gpu->ops->act_mul(gpu, &ug, 0, NULL, 0, TERN_GLU_GELU_TANH, &ag));
+    expect_close("act gelu_tanh alone", get(gpu, &ag), get(cpu, &ac), (size_t)(T * ff), TOL_BF16);
+    tu_ok(cpu->ops->act_mul(cpu, &uc, 0, NULL, 0, TERN_GLU_SILU, &uc));
+    tu_ok(gpu->ops->act_mul(gpu, &ug, 0, NULL, 0, TERN_GLU_SILU, &ug));
+    expect_close("act silu alone, in place", get(gpu, &ug), get(cpu, &uc), (size_t)(T * ff), TOL_BF16);
+    /* OLMo 2's q/k norm: q [T, 32 x 128] and k [T, 8 x 128] of a qkv row, each as one head */
+    int64_t qd = 32 * 128, kd = 8 * 128, sq[2] = {T, qd + 2 * kd}, sqw[1] = {qd}, skw[1] = {kd};
+    float *q = rand_vec((size_t)(T * (qd + 2 * kd)), 3.0f), *qw = rand_vec((size_t)qd, 1.0f);
+    struct tern_dtensor qc = mk(cpu, TERN_DTYPE_F32, 2, sq, q), qg = mk(gpu, TERN_DTYPE_BF16, 2, sq, q);
+    struct tern_dtensor qwc = mk(cpu, TERN_DTYPE_F32, 1, sqw, qw), qwg = mk(gpu, TERN_DTYPE_BF16, 1, sqw, qw);
+    struct tern_dtensor kwc = mk(cpu, TERN_DTYPE_F32, 1, skw, qw), kwg = mk(gpu, TERN_DTYPE_BF16, 1, skw, qw);
+    tu_ok(cpu->ops->head_rmsnorm(cpu, &qc, 0, 1, (int32_t)qd, &qwc, 1e-6f));
+    tu_ok(gpu->ops->head_rmsnorm(gpu, &qg, 0, 1, (int32_t)qd, &qwg, 1e-6f));
+    tu_ok(cpu->ops->head_rmsnorm(cpu, &qc, qd, 1, (int32_t)kd, &kwc, 1e-6f));
+    tu_ok(gpu->ops->head_rmsnorm(gpu, &qg, qd, 1, (int32_t)kd, &kwg, 1e-6f));
+    expect_close("full-width q/k norm", get(gpu, &qg), get(cpu, &qc), (size_t)(T * (qd + 2 * kd)),
+                 TOL_BF16);
+    tern_free(u), tern_free(q), tern_free(qw);
     free_all();
 }
 
@@ -1012,7 +1081,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_get_rows),         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_head_rmsnorm_rope), cmocka_unit_test(test_elementwise),
-        cmocka_unit_test(test_gemma_ops),
+        cmocka_unit_test(test_gemma_ops),        cmocka_unit_test(test_generic_ops),
         cmocka_unit_test(test_matmul),           cmocka_unit_test(test_attention),
         cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_qk_rope_store),
         cmocka_unit_test(test_matmul_glu),       cmocka_unit_test(test_decode_splits),

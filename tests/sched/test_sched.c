@@ -116,7 +116,7 @@ static void submit(struct run *R, struct treq *q)
 {
     struct tern_sched_request rq = {q->prompt, q->n_prompt, q->max_tokens, q->n,
                                     q->use_stop ? (int32_t[]){STOP_ID} : NULL,
-                                    q->use_stop ? 1 : 0, q};
+                                    q->use_stop ? 1 : 0, q, false};
     assert_int_equal(tern_sched_submit(R->s, &rq, &q->id), TERN_OK);
     q->submit_step = R->step;
     q->done_step = -1;
@@ -219,6 +219,8 @@ static void fake_forward(struct run *R, const struct tern_sched_out *o, const st
         int32_t len = b->seq_lens[s];
         const struct tern_sched_sample *sm = &o->samples[r];
         assert_int_equal(len, sm->n_tokens);
+        /* positions a windowed group 0 no longer holds: the sequence's own tokens */
+        memcpy(ctx, sm->tokens, 4 * (size_t)len);
         for (int32_t g = 0; g < R->n_groups; g++) {
             int32_t w = tern_kv_window(tern_sched_kv_group(R->s, g));
             for (int32_t p = w && len > w ? len - w : 0; p < len; p++) {
@@ -382,7 +384,10 @@ static uint32_t rng_next(uint32_t *s)
 static void random_workload(uint32_t seed, int32_t n_blocks, bool prefix_cache, int32_t window)
 {
     struct tern_sched_params p = {6, 24, 96, n_blocks, 4, prefix_cache, 0, {0}, {0}};
-    if (window) { /* a full group and a windowed one (a fifth of the blocks) */
+    if (window < 0) { /* one windowed pool: every layer slides alike */
+        p.n_groups = 1;
+        p.group_window[0] = -window;
+    } else if (window) { /* a full group and a windowed one (a fifth of the blocks) */
         p.n_groups = 2;
         p.group_blocks[0] = n_blocks;
         p.group_blocks[1] = n_blocks / 5 > 14 ? n_blocks / 5 : 14;
@@ -482,6 +487,8 @@ static void test_random_windowed_groups(void **state)
     for (uint32_t seed = 1; seed <= 4; seed++) random_workload(seed * 7907u, 40, true, 9);
     for (uint32_t seed = 1; seed <= 3; seed++) random_workload(seed * 6133u, 200, true, 16);
     for (uint32_t seed = 1; seed <= 2; seed++) random_workload(seed * 911u, 60, false, 5);
+    /* one windowed pool too small for a whole sequence (96 tokens: 24 blocks) */
+    for (uint32_t seed = 1; seed <= 2; seed++) random_workload(seed * 4099u, 14, true, -9);
 }
 
 static struct tern_sched_params small_params(int32_t n_blocks)
@@ -660,6 +667,85 @@ static void test_fork(void **state)
     run_deinit(&R);
 }
 
+/* Runs one step of the raw scheduler (the batch built, nothing computed):
+ * the samples get token 7. Returns the step's output. */
+static struct tern_sched_out *raw_step(struct run *R, struct tern_batch *b)
+{
+    struct tern_sched_out *o = tern_sched_schedule(R->s);
+    tern_sched_build_batch(R->s, &R->st, b);
+    int32_t sampled[16];
+    for (int32_t i = 0; i < o->n_samples; i++) sampled[i] = 7;
+    tern_sched_commit(R->s, sampled);
+    return o;
+}
+
+/* Prefill-only requests (embeddings): chunked like any prompt, no sample
+ * rows, ended (LENGTH) by the commit that completes the prompt; a prefix
+ * hit stops short of the last token, and no_prefix_cache takes none. */
+static void test_prefill_only(void **state)
+{
+    (void)state;
+    struct run R;
+    struct tern_sched_params p = {4, 8, 64, 32, 4, true, 0, {0}, {0}};
+    run_init(&R, p, NULL);
+    int32_t prompt[20], gen_prompt[3] = {40, 41, 42};
+    for (int i = 0; i < 20; i++) prompt[i] = 1 + i;
+    struct tern_sched_request r = {prompt, 20, 0, 1, NULL, 0, NULL, false};
+    struct tern_sched_request g = {gen_prompt, 3, 2, 1, NULL, 0, NULL, false};
+    uint64_t id, gid;
+    assert_int_equal(tern_sched_submit(R.s, &g, &gid), TERN_OK);
+    assert_int_equal(tern_sched_submit(R.s, &r, &id), TERN_OK);
+    struct tern_batch b;
+    /* step 1: the generation prompt (3) and 5 of the 20; one sample row,
+     * the generation's */
+    struct tern_sched_out *o = raw_step(&R, &b);
+    assert_int_equal(o->n_entries, 2);
+    assert_int_equal(o->entries[1].n_new, 5);
+    assert_int_equal(o->n_samples, 1);
+    assert_int_equal(o->samples[0].req_id, gid);
+    assert_int_equal(b.n_logits, 1);
+    assert_int_equal(b.logits_idx[0], 2);
+    int32_t done_at = 0, computed = 5;
+    for (int k = 2; k < 8 && !done_at; k++) {
+        o = raw_step(&R, &b);
+        for (int32_t i = 0; i < o->n_samples; i++) assert_int_equal(o->samples[i].req_id, gid);
+        for (int32_t i = 0; i < o->n_entries; i++)
+            if (o->entries[i].req_id == id) {
+                assert_int_equal(o->entries[i].start, computed);
+                computed += o->entries[i].n_new;
+            }
+        for (int32_t i = 0; i < o->n_finished; i++)
+            if (o->finished[i].req_id == id) {
+                assert_int_equal(o->finished[i].reason, TERN_SCHED_FINISH_LENGTH);
+                assert_int_equal(o->finished[i].n_tokens, 20);
+                assert_true(o->finished[i].req_done);
+                done_at = k;
+            }
+    }
+    assert_int_equal(computed, 20);
+    assert_true(done_at > 0);
+    /* the same prompt again: 4 blocks cached, the last token's block computed */
+    assert_int_equal(tern_sched_submit(R.s, &r, &id), TERN_OK);
+    o = raw_step(&R, &b);
+    assert_int_equal(o->n_entries, 1);
+    assert_int_equal(o->entries[0].start, 16);
+    assert_int_equal(o->entries[0].n_cached, 16);
+    assert_int_equal(o->n_samples, 0);
+    o = raw_step(&R, &b);
+    assert_int_equal(o->n_finished, 1);
+    assert_int_equal(o->finished[0].n_cached, 16);
+    /* and without the prefix cache: every token computed */
+    r.no_prefix_cache = true;
+    assert_int_equal(tern_sched_submit(R.s, &r, &id), TERN_OK);
+    o = raw_step(&R, &b);
+    assert_int_equal(o->entries[0].start, 0);
+    assert_int_equal(o->entries[0].n_cached, 0);
+    assert_int_equal(o->entries[0].n_new, 8);
+    while (tern_sched_n_requests(R.s) > 0) raw_step(&R, &b);
+    assert_int_equal(tern_kv_n_free(tern_sched_kv(R.s)), 32);
+    run_deinit(&R);
+}
+
 /* Requests that can never fit are rejected at submit, naming the numbers. */
 static void test_submit_rejects(void **state)
 {
@@ -669,7 +755,7 @@ static void test_submit_rejects(void **state)
     assert_int_equal(tern_sched_create(&p, &s), TERN_OK);
     int32_t prompt[60] = {0};
     uint64_t id;
-    struct tern_sched_request r = {prompt, 40, 30, 1, NULL, 0, NULL};
+    struct tern_sched_request r = {prompt, 40, 30, 1, NULL, 0, NULL, false};
     assert_int_equal(tern_sched_submit(s, &r, &id), TERN_E_CAPACITY);
     assert_non_null(strstr(tern_last_error(), "70"));
     assert_non_null(strstr(tern_last_error(), "64"));
@@ -680,8 +766,11 @@ static void test_submit_rejects(void **state)
     r.n_prompt = 10;
     r.n = 5;
     assert_int_equal(tern_sched_submit(s, &r, &id), TERN_E_CAPACITY);
+    r.n = 2;
+    r.max_tokens = 0; /* prefill only takes one sequence */
+    assert_int_equal(tern_sched_submit(s, &r, &id), TERN_E_INVALID_ARG);
     r.n = 1;
-    r.max_tokens = 0;
+    r.max_tokens = -1;
     assert_int_equal(tern_sched_submit(s, &r, &id), TERN_E_INVALID_ARG);
     r.max_tokens = 5;
     r.n_prompt = 0;
@@ -702,6 +791,7 @@ int main(void)
         cmocka_unit_test(test_prefix_cap_whole_blocks),
         cmocka_unit_test(test_cancel_phases),
         cmocka_unit_test(test_fork),
+        cmocka_unit_test(test_prefill_only),
         cmocka_unit_test(test_random_small_pool),
         cmocka_unit_test(test_random_large_pool),
         cmocka_unit_test(test_random_no_prefix_cache),

@@ -451,7 +451,7 @@ def test_errors_400(server):
 
 def test_errors_404_405(server):
     err(requests.get(server.url + "/v2/nothing"), 404)
-    err(requests.post(server.url + "/v1/embeddings", json={}), 404)
+    err(requests.post(server.url + "/v1/audio/speech", json={}), 404)
     r = requests.get(server.url + "/v1/chat/completions")
     err(r, 405)
     assert r.headers["Allow"] == "POST"

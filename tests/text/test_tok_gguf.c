@@ -94,7 +94,9 @@ static void test_llama_spm(void **state)
 {
     (void)state;
     struct tern_gguf *g;
-    tu_ok(tern_gguf_open(TERN_DATA "/peer-tests/tokenizer-cases/llama-spm.gguf", &g));
+    char *spm = tu_data_file("peer-tests/tokenizer-cases/llama-spm.gguf");
+    tu_ok(tern_gguf_open(spm, &g));
+    tern_free(spm);
     struct tern_tokenizer *tok;
     uint64_t t0 = tern_now_ns();
     tu_ok(tern_tokenizer_from_gguf(g, &tok));

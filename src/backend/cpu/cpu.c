@@ -120,6 +120,7 @@ static const struct tern_backend_ops cpu_ops = {
     .get_rows = tern_cpu_get_rows,
     .rmsnorm = tern_cpu_rmsnorm,
     .add_rmsnorm = tern_cpu_add_rmsnorm,
+    .layernorm = tern_cpu_layernorm,
     .matmul = tern_cpu_matmul,
     .rope = tern_cpu_rope,
     .head_rmsnorm = tern_cpu_head_rmsnorm,

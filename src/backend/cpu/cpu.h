@@ -18,6 +18,9 @@ enum tern_status tern_cpu_rmsnorm(struct tern_backend *be, const struct tern_dte
 enum tern_status tern_cpu_add_rmsnorm(struct tern_backend *be, struct tern_dtensor *residual,
                                       const struct tern_dtensor *x, const struct tern_dtensor *w,
                                       float eps, struct tern_dtensor *out);
+enum tern_status tern_cpu_layernorm(struct tern_backend *be, const struct tern_dtensor *x,
+                                    const struct tern_dtensor *w, const struct tern_dtensor *b,
+                                    float eps, struct tern_dtensor *out);
 enum tern_status tern_cpu_matmul(struct tern_backend *be, const struct tern_dtensor *x,
                                  const struct tern_linear *w, struct tern_dtensor *y, int64_t y_col);
 enum tern_status tern_cpu_rope(struct tern_backend *be, struct tern_dtensor *x, int64_t x_col,

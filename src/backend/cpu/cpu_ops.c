@@ -181,6 +181,61 @@ enum tern_status tern_cpu_add_rmsnorm(struct tern_backend *be, struct tern_dtens
     return TERN_OK;
 }
 
+/* (x - mean) / sqrt(var + eps) * w + b as Cohere's and PyTorch's
+ * LayerNorm, in float32; sums in the fixed lane order. */
+static void layernorm_row(const float *x, const float *w, const float *b, float eps, int64_t n,
+                          float *out)
+{
+    float acc[DOT_LANES] = {0};
+    int64_t i = 0;
+    for (; i + DOT_LANES <= n; i += DOT_LANES)
+        for (int j = 0; j < DOT_LANES; j++) acc[j] += x[i + j];
+    for (int j = 0; i + j < n; j++) acc[j] += x[i + j];
+    float mean = reduce_lanes(acc) / (float)n;
+    float acc2[DOT_LANES] = {0};
+    for (i = 0; i + DOT_LANES <= n; i += DOT_LANES)
+        for (int j = 0; j < DOT_LANES; j++) {
+            float d = x[i + j] - mean;
+            acc2[j] += d * d;
+        }
+    for (int j = 0; i + j < n; j++) {
+        float d = x[i + j] - mean;
+        acc2[j] += d * d;
+    }
+    float r = 1.0f / sqrtf(reduce_lanes(acc2) / (float)n + eps);
+    for (i = 0; i < n; i++) {
+        float y = (x[i] - mean) * r;
+        if (w) y = w[i] * y;
+        out[i] = b ? y + b[i] : y;
+    }
+}
+
+enum tern_status tern_cpu_layernorm(struct tern_backend *be, const struct tern_dtensor *x,
+                                    const struct tern_dtensor *w, const struct tern_dtensor *b,
+                                    float eps, struct tern_dtensor *out)
+{
+    TERN_TRY(check_f32(x, "layernorm", "x"));
+    TERN_TRY(check_f32(out, "layernorm", "out"));
+    int64_t dim = last_dim(x), rows = (int64_t)tern_dtensor_numel(x) / dim;
+    if (tern_dtensor_numel(out) != tern_dtensor_numel(x))
+        return tern_error(TERN_E_INVALID_ARG, "layernorm: out has %zu elements, x %zu",
+                          tern_dtensor_numel(out), tern_dtensor_numel(x));
+    float *wf, *bf;
+    TERN_TRY(norm_weight(w, dim, &wf));
+    enum tern_status st = norm_weight(b, dim, &bf);
+    if (st != TERN_OK) {
+        norm_weight_done(w, wf);
+        return st;
+    }
+    const float *xp = tern_cpu_ptr(x);
+    float *op = tern_cpu_ptr(out);
+#pragma omp parallel for num_threads(be->n_threads) if (rows > 4)
+    for (int64_t r = 0; r < rows; r++) layernorm_row(xp + r * dim, wf, bf, eps, dim, op + r * dim);
+    norm_weight_done(w, wf);
+    norm_weight_done(b, bf);
+    return TERN_OK;
+}
+
 enum tern_status tern_cpu_head_rmsnorm(struct tern_backend *be, struct tern_dtensor *x,
                                        int64_t x_col, int32_t n_heads, int32_t head_dim,
                                        const struct tern_dtensor *w, float eps)
@@ -421,18 +476,20 @@ enum tern_status tern_cpu_act_mul(struct tern_backend *be, const struct tern_dte
                                   enum tern_glu_act act, struct tern_dtensor *out)
 {
     TERN_TRY(check_f32(x, "act_mul", "x"));
-    TERN_TRY(check_f32(y, "act_mul", "y"));
+    if (y) TERN_TRY(check_f32(y, "act_mul", "y"));
     TERN_TRY(check_f32(out, "act_mul", "out"));
-    int64_t n = last_dim(out), T = out->shape[0], xw = last_dim(x), yw = last_dim(y);
-    if (x->shape[0] < T || y->shape[0] < T || x_col < 0 || y_col < 0 || x_col + n > xw ||
-        y_col + n > yw)
+    int64_t n = last_dim(out), T = out->shape[0], xw = last_dim(x), yw = y ? last_dim(y) : 0;
+    if (x->shape[0] < T || x_col < 0 || x_col + n > xw ||
+        (y && (y->shape[0] < T || y_col < 0 || y_col + n > yw)))
         return tern_error(TERN_E_INVALID_ARG, "act_mul: column windows past the operands");
-    const float *xp = tern_cpu_ptr(x), *yp = tern_cpu_ptr(y);
+    const float *xp = tern_cpu_ptr(x), *yp = y ? tern_cpu_ptr(y) : NULL;
     float *o = tern_cpu_ptr(out);
 #pragma omp parallel for num_threads(be->n_threads) if (T > 4)
     for (int64_t t = 0; t < T; t++)
-        for (int64_t i = 0; i < n; i++)
-            o[t * n + i] = act_f(act, xp[t * xw + x_col + i]) * yp[t * yw + y_col + i];
+        for (int64_t i = 0; i < n; i++) {
+            float a = act_f(act, xp[t * xw + x_col + i]);
+            o[t * n + i] = yp ? a * yp[t * yw + y_col + i] : a;
+        }
     return TERN_OK;
 }
 

@@ -507,6 +507,7 @@ static const struct tern_backend_ops cuda_ops = {
     .qk_rope_store = tern_cuda_qk_rope_store,
     .silu_mul = cu_silu_mul,
     .act_mul = tern_cuda_act_mul,
+    .layernorm = tern_cuda_layernorm,
     .scale = tern_cuda_scale,
     .softcap = tern_cuda_softcap,
     .matmul_glu = tern_cuda_matmul_glu,

@@ -169,7 +169,7 @@ static bool attn_fast(const struct tern_dtensor *qkv, const struct tern_attn_par
     if (width % 8 || ow % 8 || (uintptr_t)tern_cuda_ptr(qkv) % 16 ||
         (uintptr_t)tern_cuda_ptr(out) % 16)
         return false;
-    if (prefill) return hd == 64 || hd == 128 || hd == 256;
+    if (prefill) return hd == 64 || hd == 128 || hd == 256 || hd == 512;
     return (hd == 64 || hd == 128 || hd == 256) && group <= (hd > 128 ? 8 : 16);
 }
 

@@ -62,12 +62,14 @@ static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
     return *(uint32_t *)&v;
 }
 
-/* Gathers keys [kb * 64, kb * 64 + 64) of kv head g into a tile (zeros past kv_hi). */
-template <int D, int NTH>
+/* Gathers keys [kb * 64, kb * 64 + 64) of kv head g into a tile (zeros past
+ * kv_hi): all D dims of K, the DV dims [vc0, vc0 + DV) of V. */
+template <int D, int DV, int NTH>
 static __device__ __forceinline__ void load_kv_tile(bf16 *sk, bf16 *sv, const struct tk_attn_args &a,
-                                                    const int32_t *bt, int g, int kb, int kv_hi)
+                                                    const int32_t *bt, int g, int kb, int kv_hi,
+                                                    int vc0)
 {
-    constexpr int P = D + 8, CH = D / 8;
+    constexpr int P = D + 8, PV = DV + 8, CH = D / 8;
     for (int c = threadIdx.x; c < PF_BC * CH; c += NTH) {
         int r = c / CH, col = (c % CH) * 8;
         int j = kb * PF_BC + r;
@@ -78,24 +80,40 @@ static __device__ __forceinline__ void load_kv_tile(bf16 *sk, bf16 *sv, const st
             off = (slot * a.n_kv_heads + g) * D + col;
         }
         cp_async16(sk + r * P + col, (const bf16 *)a.k_cache + off, ok);
-        cp_async16(sv + r * P + col, (const bf16 *)a.v_cache + off, ok);
+        if (col >= vc0 && col < vc0 + DV)
+            cp_async16(sv + r * PV + col - vc0, (const bf16 *)a.v_cache + off, ok);
     }
 }
 
-template <int D, int PF_BR>
+/* Shared memory of a (D, DV, BR) kernel with NB K/V buffers. */
+template <int D, int DV, int BR, int NB> struct pf_smem {
+    static constexpr size_t bytes =
+        ((size_t)BR * (D + 8) + (size_t)NB * PF_BC * (D + 8) + (size_t)NB * PF_BC * (DV + 8)) * 2;
+};
+/* Two K/V buffers (the next tile loads while this one is multiplied) where
+ * they fit the 227 KB of shared memory, else one. */
+template <int D, int DV, int BR> struct pf_nb {
+    static constexpr int value = pf_smem<D, DV, BR, 2>::bytes <= 227 * 1024 ? 2 : 1;
+};
+
+template <int D, int DV, int PF_BR>
 static __global__ void __launch_bounds__(PF_BR * 2)
     k_attn_prefill(struct tk_attn_args a)
 {
     tk_pdl_wait(); /* PDL (cuda_common.cuh): nothing is touched before this */
     tk_pdl_launch();
     constexpr int PF_THREADS = PF_BR * 2; /* one warp per 16 query rows */
-    constexpr int P = D + 8, KD = D / 16, ND = D / 8;
+    constexpr int P = D + 8, PV = DV + 8, KD = D / 16, ND = DV / 8; /* ND: output 8-columns */
+    constexpr int NB = pf_nb<D, DV, PF_BR>::value;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sQ = (bf16 *)smem_raw;
     bf16 *sK = sQ + PF_BR * P;
-    bf16 *sV = sK + 2 * PF_BC * P;
+    bf16 *sV = sK + NB * PF_BC * P;
 
-    int s = blockIdx.z, h = blockIdx.y;
+    /* blockIdx.y: the query head and, where the output is split (DV < D:
+     * head_dim 512, whose accumulator would not fit the registers), which
+     * DV-wide part of it this block writes */
+    int s = blockIdx.z, h = blockIdx.y / (D / DV), vc0 = blockIdx.y % (D / DV) * DV;
     int qt = gridDim.x - 1 - blockIdx.x; /* longest (latest) tiles first */
     int qs = a.query_start[s], ql = a.query_start[s + 1] - qs;
     if (ql <= 1) return; /* one-token sequences go to the decode kernel */
@@ -114,14 +132,14 @@ static __global__ void __launch_bounds__(PF_BR * 2)
     int gid = lane >> 2, qd = lane & 3;
 
     /* Q tile (rows past nq zero-filled). */
-    for (int c = tid; c < PF_BR * ND; c += PF_THREADS) {
-        int r = c / ND, col = (c % ND) * 8;
+    for (int c = tid; c < PF_BR * (D / 8); c += PF_THREADS) {
+        int r = c / (D / 8), col = (c % (D / 8)) * 8;
         bool ok = r < nq;
         const bf16 *src = (const bf16 *)a.q +
                           (ok ? (int64_t)(qs + q0 + r) * a.q_stride + (int64_t)h * D + col : 0);
         cp_async16(sQ + r * P + col, src, ok);
     }
-    if (kb_lo < kb_hi) load_kv_tile<D, PF_THREADS>(sK, sV, a, bt, g, kb_lo, kv_hi);
+    if (kb_lo < kb_hi) load_kv_tile<D, DV, PF_THREADS>(sK, sV, a, bt, g, kb_lo, kv_hi, vc0);
     cp_commit();
 
     int r0 = warp * 16 + gid, r1 = r0 + 8;
@@ -144,10 +162,14 @@ static __global__ void __launch_bounds__(PF_BR * 2)
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
     for (int kb = kb_lo; kb < kb_hi; kb++) {
-        int buf = (kb - kb_lo) & 1;
-        if (kb + 1 < kb_hi) {
-            load_kv_tile<D, PF_THREADS>(sK + (buf ^ 1) * PF_BC * P, sV + (buf ^ 1) * PF_BC * P, a, bt, g, kb + 1,
-                            kv_hi);
+        int buf = NB == 2 ? (kb - kb_lo) & 1 : 0;
+        if (NB == 1 && kb > kb_lo) { /* one buffer: the tile after the last one's use */
+            load_kv_tile<D, DV, PF_THREADS>(sK, sV, a, bt, g, kb, kv_hi, vc0);
+            cp_commit();
+        }
+        if (NB == 2 && kb + 1 < kb_hi) {
+            load_kv_tile<D, DV, PF_THREADS>(sK + (buf ^ 1) * PF_BC * P, sV + (buf ^ 1) * PF_BC * PV, a,
+                                            bt, g, kb + 1, kv_hi, vc0);
             cp_commit();
             cp_wait<1>();
         } else {
@@ -163,7 +185,7 @@ static __global__ void __launch_bounds__(PF_BR * 2)
                 qf[k][3] = *(const uint32_t *)(sQ + r1 * P + 16 * k + 8 + 2 * qd);
             }
         }
-        const bf16 *k_t = sK + buf * PF_BC * P, *v_t = sV + buf * PF_BC * P;
+        const bf16 *k_t = sK + buf * PF_BC * P, *v_t = sV + buf * PF_BC * PV;
 
         /* S = Q K^T for this warp's 16 rows and the tile's 64 keys (the same
          * MMAs in the same order either way Q is held). */
@@ -241,16 +263,16 @@ static __global__ void __launch_bounds__(PF_BR * 2)
         int mi = lane >> 3, mr = lane & 7;
 #pragma unroll
         for (int k = 0; k < PF_BC / 16; k++) {
-            const bf16 *vrow = v_t + (16 * k + (mi & 1) * 8 + mr) * P + (mi >> 1) * 8;
+            const bf16 *vrow = v_t + (16 * k + (mi & 1) * 8 + mr) * PV + (mi >> 1) * 8;
 #pragma unroll
-            for (int dn = 0; dn < D / 16; dn++) {
+            for (int dn = 0; dn < DV / 16; dn++) {
                 uint32_t b[4];
                 ldsm_x4_t(b, vrow + 16 * dn);
                 mma16816(o[2 * dn], pa[k], b[0], b[1]);
                 mma16816(o[2 * dn + 1], pa[k], b[2], b[3]);
             }
         }
-        __syncthreads(); /* this buffer is refilled two iterations on */
+        __syncthreads(); /* this buffer is refilled NB iterations on */
     }
     if (kb_lo >= kb_hi) cp_wait<0>();
 
@@ -263,7 +285,7 @@ static __global__ void __launch_bounds__(PF_BR * 2)
     bf16 *out = (bf16 *)a.out;
 #pragma unroll
     for (int n = 0; n < ND; n++) {
-        int col = h * D + 8 * n + 2 * qd;
+        int col = h * D + vc0 + 8 * n + 2 * qd;
         if (r0 < nq)
             *(__nv_bfloat162 *)(out + (int64_t)(qs + q0 + r0) * a.out_stride + col) =
                 __floats2bfloat162_rn(o[n][0] * inv0, o[n][1] * inv0);
@@ -273,26 +295,31 @@ static __global__ void __launch_bounds__(PF_BR * 2)
     }
 }
 
-template <int D, int BR> static cudaError_t prefill_launch(cudaStream_t st, const struct tk_attn_args *a)
+template <int D, int DV, int BR>
+static cudaError_t prefill_launch(cudaStream_t st, const struct tk_attn_args *a)
 {
-    size_t smem = (size_t)(BR + 4 * PF_BC) * (D + 8) * sizeof(bf16);
-    cudaError_t e = cudaFuncSetAttribute(k_attn_prefill<D, BR>,
+    size_t smem = pf_smem<D, DV, BR, pf_nb<D, DV, BR>::value>::bytes;
+    cudaError_t e = cudaFuncSetAttribute(k_attn_prefill<D, DV, BR>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
-    dim3 grid((unsigned)tk_cdiv(a->max_q_len, BR), (unsigned)a->n_heads, (unsigned)a->n_seqs);
-    return tk_launch(k_attn_prefill<D, BR>, grid, BR * 2, smem, st, *a);
+    dim3 grid((unsigned)tk_cdiv(a->max_q_len, BR), (unsigned)(a->n_heads * (D / DV)),
+              (unsigned)a->n_seqs);
+    return tk_launch(k_attn_prefill<D, DV, BR>, grid, BR * 2, smem, st, *a);
 }
 
 /* 128-query tiles (8 warps) once some sequence has more than 64 queries: K/V
  * tiles are then shared by twice the rows. A row's result does not depend on
  * the tile size (fully masked key tiles are exact no-ops, key tiles are
- * visited in the same absolute order), so this choice keeps batch invariance. */
+ * visited in the same absolute order), so this choice keeps batch invariance.
+ * Head_dim 256 takes 64-row tiles only (Q read from shared memory: the
+ * accumulator takes the registers); 512 also splits its output in two
+ * 256-wide halves, one block each (the scores computed by both), with one
+ * K/V buffer. */
 template <int D> static cudaError_t prefill_d(cudaStream_t st, const struct tk_attn_args *a)
 {
-    /* D = 256: 64-row tiles only (the 128-row tile's shared memory and
-     * registers would not fit) */
-    if constexpr (D > 128) return prefill_launch<D, 64>(st, a);
-    else return a->max_q_len > 64 ? prefill_launch<D, 128>(st, a) : prefill_launch<D, 64>(st, a);
+    if constexpr (D > 256) return prefill_launch<D, 256, 64>(st, a);
+    else if constexpr (D > 128) return prefill_launch<D, D, 64>(st, a);
+    else return a->max_q_len > 64 ? prefill_launch<D, D, 128>(st, a) : prefill_launch<D, D, 64>(st, a);
 }
 
 extern "C" cudaError_t tk_attn_prefill(cudaStream_t st, const struct tk_attn_args *a)
@@ -302,6 +329,7 @@ extern "C" cudaError_t tk_attn_prefill(cudaStream_t st, const struct tk_attn_arg
     case 64: return prefill_d<64>(st, a);
     case 128: return prefill_d<128>(st, a);
     case 256: return prefill_d<256>(st, a);
+    case 512: return prefill_d<512>(st, a);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -132,13 +132,16 @@ enum tern_status tern_cuda_attention(struct tern_backend *be, const struct tern_
 enum tern_status tern_cuda_kv_store(struct tern_backend *be, const struct tern_dtensor *qkv,
                                     int64_t k_col, int64_t v_col,
                                     const struct tern_batch_dev *batch, struct tern_kv_layer *kv);
-/* cuda_elementwise.c: act_mul, scale, softcap (backend.h). */
+/* cuda_elementwise.c: act_mul, scale, softcap, layernorm (backend.h). */
 enum tern_status tern_cuda_act_mul(struct tern_backend *be, const struct tern_dtensor *x,
                                    int64_t x_col, const struct tern_dtensor *y, int64_t y_col,
                                    enum tern_glu_act act, struct tern_dtensor *out);
 enum tern_status tern_cuda_scale(struct tern_backend *be, const struct tern_dtensor *x, float c,
                                  const struct tern_dtensor *s, struct tern_dtensor *out);
 enum tern_status tern_cuda_softcap(struct tern_backend *be, struct tern_dtensor *x, float cap);
+enum tern_status tern_cuda_layernorm(struct tern_backend *be, const struct tern_dtensor *x,
+                                     const struct tern_dtensor *w, const struct tern_dtensor *b,
+                                     float eps, struct tern_dtensor *out);
 /* cuda_moe.c: moe_route, moe_experts (backend.h). */
 enum tern_status tern_cuda_moe_route(struct tern_backend *be, const struct tern_dtensor *logits,
                                      int32_t top_k, bool renorm,

@@ -151,8 +151,9 @@ cudaError_t tk_attn_decode(cudaStream_t st, const struct tk_attn_args *a, int mi
 
 /* The elementwise ops of the non-llama blocks (cuda_elementwise.cu):
  * out[t, i] = act(x[t, xc + i]) * y[t, yc + i] over [n_tok, n] (x, y, out of
- * any float dtype; rows xw / yw wide); out = x * c (* s[0]); x = cap *
- * tanh(x / cap). */
+ * any float dtype; rows xw / yw wide; y NULL: act(x) alone); out = x * c
+ * (* s[0]); x = cap * tanh(x / cap); a LayerNorm of n_rows rows of dim
+ * values (w, b NULL: none). */
 enum { TK_GLU_SILU = 0, TK_GLU_GELU_TANH = 1 };
 cudaError_t tk_act_mul(cudaStream_t st, const void *x, int xdt, int64_t xw, int64_t xc,
                        const void *y, int ydt, int64_t yw, int64_t yc, void *out, int odt,
@@ -160,6 +161,9 @@ cudaError_t tk_act_mul(cudaStream_t st, const void *x, int xdt, int64_t xw, int6
 cudaError_t tk_scale(cudaStream_t st, const void *x, int xdt, float c, const void *s, int sdt,
                      void *out, int odt, int64_t n);
 cudaError_t tk_softcap(cudaStream_t st, float *x, float cap, int64_t n);
+cudaError_t tk_layernorm(cudaStream_t st, const void *x, int xdt, void *out, int odt,
+                         int64_t n_rows, int64_t dim, const void *w, int wdt, const void *b,
+                         int bdt, float eps);
 
 /* Any query count per sequence, any head_dim <= 1024, any GQA ratio, no
  * alignment needs: one block per (token, head), exact online softmax
